@@ -1,0 +1,267 @@
+//! Verified downloads. A file is fetched into `<name>.partial`, hashed while it streams, and renamed
+//! into place only when its checksum is the published one; a partial file is never resumed, because
+//! nothing can vouch for the bytes already in it. A file already in place is re-verified before it
+//! is trusted, and replaced if it fails.
+
+use crate::{DataError, Result};
+use md5::Md5;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A published checksum, as lowercase hex.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checksum {
+    Md5(String),
+    Sha256(String),
+}
+
+impl Checksum {
+    fn algorithm(&self) -> &'static str {
+        match self {
+            Checksum::Md5(_) => "md5",
+            Checksum::Sha256(_) => "sha256",
+        }
+    }
+
+    fn expected(&self) -> &str {
+        match self {
+            Checksum::Md5(h) | Checksum::Sha256(h) => h,
+        }
+    }
+
+    fn hasher(&self) -> Hasher {
+        match self {
+            Checksum::Md5(_) => Hasher::Md5(Md5::new()),
+            Checksum::Sha256(_) => Hasher::Sha256(Sha256::new()),
+        }
+    }
+}
+
+enum Hasher {
+    Md5(Md5),
+    Sha256(Sha256),
+}
+
+impl Hasher {
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Hasher::Md5(h) => h.update(bytes),
+            Hasher::Sha256(h) => h.update(bytes),
+        }
+    }
+
+    fn hex(self) -> String {
+        let digest: Vec<u8> = match self {
+            Hasher::Md5(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+        };
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The hex digest of a file's contents.
+pub fn file_digest(path: &Path, algorithm: &Checksum) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut hasher = algorithm.hasher();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| DataError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.hex())
+}
+
+/// The sha256 of a byte slice, as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let mut h = Hasher::Sha256(Sha256::new());
+    h.update(bytes);
+    h.hex()
+}
+
+/// One file to fetch.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    /// A name for messages ("MNIST train-images-idx3-ubyte.gz").
+    pub what: String,
+    /// Mirrors, tried in order.
+    pub urls: Vec<String>,
+    /// Where the verified file ends up.
+    pub dest: PathBuf,
+    /// The published checksum, or `None` to record the hash of a first download (the caller keeps
+    /// it and passes it next time: trust on first use, for sources that publish none).
+    pub checksum: Option<Checksum>,
+}
+
+/// What [`fetch`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// The file was already in place and verified.
+    Cached,
+    /// Downloaded and verified; the sha256 is given so a caller without a published checksum
+    /// can record it.
+    Downloaded { bytes: u64, sha256: String },
+}
+
+/// A client with timeouts suited to large files on slow links.
+pub fn client() -> Result<reqwest::blocking::Client> {
+    reqwest::blocking::Client::builder()
+        .connect_timeout(Duration::from_secs(15))
+        .timeout(None)
+        .user_agent(concat!("nervus/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| DataError::Http {
+            url: String::new(),
+            problem: format!("cannot build an HTTP client: {e}"),
+        })
+}
+
+/// Fetches `remote` unless a verified copy is already in place. `progress(done, total)` is called
+/// as bytes arrive (`total` is `None` when the server does not say).
+pub fn fetch(
+    client: &reqwest::blocking::Client,
+    remote: &Remote,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Fetched> {
+    if remote.dest.exists() {
+        match &remote.checksum {
+            Some(sum) if file_digest(&remote.dest, sum)? == sum.expected() => {
+                return Ok(Fetched::Cached);
+            }
+            Some(_) => {
+                // A copy that fails verification is worth nothing: replace it.
+                std::fs::remove_file(&remote.dest).map_err(|e| DataError::io(&remote.dest, e))?;
+            }
+            None => return Ok(Fetched::Cached),
+        }
+    }
+    if let Some(parent) = remote.dest.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| DataError::io(parent, e))?;
+    }
+    let mut unreachable = Vec::new();
+    let mut last_error = None;
+    for url in &remote.urls {
+        match fetch_one(client, url, remote, progress) {
+            Ok(done) => return Ok(done),
+            Err(FetchError::Unreachable(e)) => unreachable.push(format!("{url} ({e})")),
+            Err(FetchError::Failed(e)) => last_error = Some(e),
+        }
+    }
+    if let Some(e) = last_error {
+        return Err(e);
+    }
+    Err(DataError::Offline {
+        what: remote.what.clone(),
+        tried: unreachable.join(", "),
+        dir: remote
+            .dest
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        names: remote
+            .dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    })
+}
+
+enum FetchError {
+    /// No connection could be made: try the next mirror, and say "offline" if none answers.
+    Unreachable(String),
+    /// The server answered wrongly (status, truncation, checksum): a real error.
+    Failed(DataError),
+}
+
+fn partial_path(dest: &Path) -> PathBuf {
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    dest.with_file_name(name)
+}
+
+fn fetch_one(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    remote: &Remote,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Fetched, FetchError> {
+    let mut response = client.get(url).send().map_err(|e| {
+        if e.is_connect() || e.is_timeout() {
+            FetchError::Unreachable(e.to_string())
+        } else {
+            FetchError::Failed(DataError::Http {
+                url: url.to_string(),
+                problem: e.to_string(),
+            })
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(FetchError::Failed(DataError::Http {
+            url: url.to_string(),
+            problem: format!("server answered HTTP {status}"),
+        }));
+    }
+    let total = response.content_length();
+    let partial = partial_path(&remote.dest);
+    let result = (|| {
+        let mut file = std::fs::File::create(&partial).map_err(|e| DataError::io(&partial, e))?;
+        let mut hasher = remote
+            .checksum
+            .as_ref()
+            .map(Checksum::hasher)
+            .unwrap_or(Hasher::Sha256(Sha256::new()));
+        let mut sha = Hasher::Sha256(Sha256::new());
+        let mut buf = vec![0u8; 1 << 16];
+        let mut done = 0u64;
+        loop {
+            let n = response.read(&mut buf).map_err(|e| DataError::Http {
+                url: url.to_string(),
+                problem: format!("connection broke after {done} bytes: {e}"),
+            })?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            sha.update(&buf[..n]);
+            file.write_all(&buf[..n])
+                .map_err(|e| DataError::io(&partial, e))?;
+            done += n as u64;
+            progress(done, total);
+        }
+        if let Some(total) = total
+            && done != total
+        {
+            return Err(DataError::Http {
+                url: url.to_string(),
+                problem: format!("truncated: received {done} of {total} bytes"),
+            });
+        }
+        file.sync_all().map_err(|e| DataError::io(&partial, e))?;
+        let sha = sha.hex();
+        if let Some(sum) = &remote.checksum {
+            let actual = hasher.hex();
+            if actual != sum.expected() {
+                return Err(DataError::Checksum {
+                    what: format!("{} from {url}", remote.what),
+                    algorithm: sum.algorithm(),
+                    expected: sum.expected().to_string(),
+                    actual,
+                });
+            }
+        }
+        std::fs::rename(&partial, &remote.dest).map_err(|e| DataError::io(&remote.dest, e))?;
+        Ok(Fetched::Downloaded {
+            bytes: done,
+            sha256: sha,
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result.map_err(FetchError::Failed)
+}

@@ -1,0 +1,41 @@
+//! Burn modules generic over the backend, one layer a file, with their checkpoint layouts; and
+//! under [`reference`], the hand-derived f64 twins that hold Burn's autodiff to account.
+//!
+//! Dimension names used in shape comments throughout: `B` batch, `T` sequence length, `C` model
+//! width, `V` vocabulary, `H` heads, `N` patches, `F` frames.
+
+pub mod mlp;
+pub mod reference;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub mod checkpoint;
+
+use burn::prelude::*;
+use checkpoint::NamedTensor;
+
+/// Copies a tensor's values out as f32 under `name`.
+pub fn tensor_to_named<B: Backend, const D: usize>(name: &str, t: Tensor<B, D>) -> NamedTensor {
+    let shape = t.dims().to_vec();
+    let data: Vec<f32> = t.into_data().iter::<f32>().collect();
+    NamedTensor::new(name, shape, data)
+}
+
+/// Builds a tensor on `device` from a named array (cast to the backend's float type).
+pub fn named_to_tensor<B: Backend, const D: usize>(
+    t: NamedTensor,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    assert_eq!(
+        t.shape.len(),
+        D,
+        "tensor {} has rank {}, expected {D}",
+        t.name,
+        t.shape.len()
+    );
+    Tensor::from_data(
+        TensorData::new(t.data, t.shape).convert::<B::FloatElem>(),
+        device,
+    )
+}

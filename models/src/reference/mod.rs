@@ -1,0 +1,15 @@
+//! Hand-derived forward and backward passes in plain Rust (f64, no Burn), one layer a file.
+//!
+//! Each layer is a pair of plain functions: `forward` computes the output (and whatever the
+//! backward pass needs), `backward` takes `dL/dy` and returns `dL/dx` plus the parameter
+//! gradients. Beside each pair is its test: a centred numerical difference at a point where a
+//! missing factor would show, and a parity test against the Burn module's autodiff gradient on the
+//! same weights and inputs.
+
+pub mod linear;
+pub mod matrix;
+pub mod mlp;
+pub mod relu;
+pub mod softmax_xent;
+
+pub use matrix::Mat;

@@ -1,0 +1,92 @@
+//! Helpers for the numerical and parity tests of this crate.
+//!
+//! Every Burn test here runs on `NdArray<f64>`: parity with the f64 reference is then limited by
+//! summation order (~1e-15 relative), not by f32 rounding, so a wrong factor cannot hide under a
+//! tolerance. (One float type per test process: Burn 0.21 fixes a device's float dtype at first
+//! use, and `NdArray<f32>` and `NdArray<f64>` share the device.)
+
+use burn::prelude::*;
+
+pub type TB = burn_ndarray::NdArray<f64>;
+pub type AB = burn::backend::Autodiff<TB>;
+
+/// A tensor's values as f64.
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data().iter::<f64>().collect()
+}
+
+/// A tensor from values and a shape on the test device.
+pub fn tensor<B: Backend, const D: usize>(data: Vec<f64>, shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(
+        TensorData::new(data, shape).convert::<B::FloatElem>(),
+        &Default::default(),
+    )
+}
+
+/// Worst difference relative to the size of the expected tensor: `max|got − want| / max|want|`
+/// (llm.c's per-tensor measure). Infinite when either side holds a NaN or an infinity, or when the
+/// lengths differ, so that a comparison can never pass on broken numbers.
+pub fn worst_rel(got: &[f64], want: &[f64]) -> f64 {
+    if got.len() != want.len() || got.iter().chain(want).any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(want)
+        .fold(0.0f64, |m, (g, w)| m.max((g - w).abs()));
+    if scale == 0.0 { worst } else { worst / scale }
+}
+
+/// Fails unless `worst_rel(got, want) <= tol`, naming the tensor and the figure.
+#[track_caller]
+pub fn assert_close(name: &str, got: &[f64], want: &[f64], tol: f64) {
+    let r = worst_rel(got, want);
+    assert!(
+        r <= tol,
+        "{name}: worst relative difference {r:.3e} exceeds {tol:.0e}"
+    );
+}
+
+/// Deterministic normal draws (SplitMix64 + Box–Muller) for test inputs: `n` values of mean 0 and
+/// standard deviation `std`.
+pub fn randn(seed: u64, n: usize, std: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5DEE_CE66;
+    let mut next = || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let (u1, u2) = (1.0 - next(), next());
+            std * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        })
+        .collect()
+}
+
+/// Centred difference of `f` at `x` along every coordinate, with step `h`.
+pub fn numerical_grad(x: &[f64], h: f64, mut f: impl FnMut(&[f64]) -> f64) -> Vec<f64> {
+    let mut x = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let keep = x[i];
+            x[i] = keep + h;
+            let up = f(&x);
+            x[i] = keep - h;
+            let down = f(&x);
+            x[i] = keep;
+            (up - down) / (2.0 * h)
+        })
+        .collect()
+}
+
+#[test]
+fn worst_rel_fails_on_nan_and_length() {
+    assert!(worst_rel(&[f64::NAN], &[1.0]).is_infinite());
+    assert!(worst_rel(&[1.0], &[f64::NAN]).is_infinite());
+    assert!(worst_rel(&[1.0], &[1.0, 2.0]).is_infinite());
+    assert_eq!(worst_rel(&[1.0, 2.5], &[1.0, 2.0]), 0.25);
+}

@@ -1,0 +1,53 @@
+//! The one place the concrete backend is named.
+//!
+//! Cargo features choose it (see the root `Cargo.toml`): `cuda` wins over `wgpu`, which wins over
+//! `flex`, which wins over `ndarray`, so `--features wgpu` works without turning the default off.
+//! Everything else in the workspace is generic over `B: Backend` (models, inference) or
+//! `B: AutodiffBackend` (training) and is instantiated with the two aliases below.
+
+#[cfg(feature = "cuda")]
+mod chosen {
+    pub type Backend = burn::backend::Cuda;
+    pub const NAME: &str = "cuda";
+}
+
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+mod chosen {
+    pub type Backend = burn::backend::Wgpu;
+    pub const NAME: &str = "wgpu";
+}
+
+#[cfg(all(feature = "flex", not(any(feature = "cuda", feature = "wgpu"))))]
+mod chosen {
+    pub type Backend = burn::backend::Flex;
+    pub const NAME: &str = "flex";
+}
+
+#[cfg(all(
+    feature = "ndarray",
+    not(any(feature = "cuda", feature = "wgpu", feature = "flex"))
+))]
+mod chosen {
+    pub type Backend = burn::backend::NdArray<f32>;
+    pub const NAME: &str = "ndarray";
+}
+
+#[cfg(not(any(
+    feature = "ndarray",
+    feature = "flex",
+    feature = "wgpu",
+    feature = "cuda"
+)))]
+compile_error!("enable one backend feature: ndarray, flex, wgpu or cuda");
+
+/// The backend inference and validation run on (f32).
+pub type Infer = chosen::Backend;
+/// The backend training runs on: [`Infer`] with autodiff.
+pub type Train = burn::backend::Autodiff<Infer>;
+/// The backend's name, for messages and benchmark tables.
+pub const NAME: &str = chosen::NAME;
+
+/// The default device of the chosen backend (the first GPU, or the CPU).
+pub fn device() -> burn::tensor::Device<Infer> {
+    Default::default()
+}

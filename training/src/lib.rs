@@ -1,0 +1,15 @@
+//! The one training path every model here uses, built on burn-train's learner: batch sources
+//! addressed by position, the warm-up + cosine schedule, SGD and matrices-only AdamW behind
+//! global-norm clipping, a strategy with averaging accumulation and per-epoch hooks, atomic
+//! checkpoints, and plain or TUI output. Model-specific glue (what a batch is, what to print and
+//! save after an epoch) lives in one module per model.
+
+pub mod backend;
+pub mod loader;
+pub mod mnist;
+pub mod optim;
+pub mod renderer;
+pub mod report;
+pub mod run;
+pub mod schedule;
+pub mod strategy;

@@ -1,0 +1,132 @@
+//! Data loaders for Burn's learner whose batches are a pure function of (epoch, index).
+//!
+//! Burn's `DataLoader` is a trait the learner calls `iter()` on once per epoch; this one asks a
+//! [`BatchSource`] for each batch by its position. Because nothing else decides what a batch holds,
+//! a run resumed at epoch `e` sees exactly the batches an uninterrupted run would have seen, and
+//! two runs with different evaluation intervals train on the same data.
+
+use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
+use burn::prelude::Backend;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Makes batches by position.
+pub trait BatchSource<B: Backend>: Send + Sync {
+    type Batch: Send;
+
+    /// Batches in one epoch.
+    fn batches_per_epoch(&self) -> usize;
+
+    /// Items in one epoch (for progress reports).
+    fn items_per_epoch(&self) -> usize;
+
+    /// The `index`-th batch (0-based) of `epoch` (1-based, as Burn's learner counts), on `device`.
+    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> Self::Batch;
+}
+
+/// The epoch the learner is in, shared between the training strategy (which sets it) and the
+/// loaders (which read it when the learner asks for an iterator).
+#[derive(Clone, Debug, Default)]
+pub struct EpochCursor(Arc<AtomicUsize>);
+
+impl EpochCursor {
+    pub fn set(&self, epoch: usize) {
+        self.0.store(epoch, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A [`DataLoader`] over a [`BatchSource`].
+pub struct SourceLoader<B: Backend, S> {
+    source: Arc<S>,
+    cursor: EpochCursor,
+    device: B::Device,
+    range: (usize, usize),
+}
+
+impl<B: Backend, S: BatchSource<B>> SourceLoader<B, S> {
+    pub fn new(source: S, cursor: EpochCursor, device: B::Device) -> Self {
+        let n = source.batches_per_epoch();
+        Self {
+            source: Arc::new(source),
+            cursor,
+            device,
+            range: (0, n),
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+struct SourceIter<'a, B: Backend, S> {
+    loader: &'a SourceLoader<B, S>,
+    epoch: usize,
+    next: usize,
+}
+
+impl<B: Backend, S: BatchSource<B>> Iterator for SourceIter<'_, B, S> {
+    type Item = S::Batch;
+
+    fn next(&mut self) -> Option<S::Batch> {
+        let (start, end) = self.loader.range;
+        if start + self.next >= end {
+            return None;
+        }
+        let b = self
+            .loader
+            .source
+            .batch(self.epoch, start + self.next, &self.loader.device);
+        self.next += 1;
+        Some(b)
+    }
+}
+
+impl<B: Backend, S: BatchSource<B>> DataLoaderIterator<S::Batch> for SourceIter<'_, B, S> {
+    fn progress(&self) -> Progress {
+        let (start, end) = self.loader.range;
+        let per = self.loader.source.items_per_epoch() as f64
+            / self.loader.source.batches_per_epoch().max(1) as f64;
+        Progress::new(
+            (self.next as f64 * per).round() as usize,
+            ((end - start) as f64 * per).round() as usize,
+        )
+    }
+}
+
+impl<B: Backend, S: BatchSource<B> + 'static> DataLoader<B, S::Batch> for SourceLoader<B, S> {
+    fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<S::Batch> + 'a> {
+        Box::new(SourceIter {
+            loader: self,
+            epoch: self.cursor.get().max(1),
+            next: 0,
+        })
+    }
+
+    fn num_items(&self) -> usize {
+        self.source.items_per_epoch()
+    }
+
+    fn to_device(&self, device: &B::Device) -> Arc<dyn DataLoader<B, S::Batch>> {
+        Arc::new(Self {
+            source: self.source.clone(),
+            cursor: self.cursor.clone(),
+            device: device.clone(),
+            range: self.range,
+        })
+    }
+
+    fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<B, S::Batch>> {
+        let (s, e) = self.range;
+        Arc::new(Self {
+            source: self.source.clone(),
+            cursor: self.cursor.clone(),
+            device: self.device.clone(),
+            range: ((s + start).min(e), (s + end).min(e)),
+        })
+    }
+}
