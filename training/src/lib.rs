@@ -5,6 +5,7 @@
 //! save after an epoch) lives in one module per model.
 
 pub mod backend;
+pub mod bench;
 pub mod loader;
 pub mod mnist;
 pub mod optim;

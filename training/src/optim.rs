@@ -57,7 +57,7 @@ impl OptimizerSpec {
     ) -> TrainOptim<M, B> {
         let (sgd, adamw) = match *self {
             OptimizerSpec::Sgd { momentum } => {
-                let momentum = (momentum > 0.0).then(|| MomentumConfig {
+                let momentum = (momentum > 0.0).then_some(MomentumConfig {
                     momentum,
                     dampening: 0.0,
                     nesterov: false,

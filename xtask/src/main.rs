@@ -1,1 +1,76 @@
-fn main() {}
+//! `cargo xtask <command>`: orchestration for the workspace. Model code lives in the library
+//! crates; this binary only runs it and writes down what it measured.
+//!
+//! A GPU backend is a cargo feature of this binary, so `cargo xtask bench gpt --features cuda`
+//! re-runs this binary through cargo with that feature turned on.
+
+mod bench;
+
+use anyhow::{Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Workspace tasks: benchmarks, tables, pre-registration, mutation testing")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Cargo features to build this tool with (e.g. `cuda`, `wgpu`); it re-runs itself with them.
+    #[arg(long, global = true)]
+    features: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Throughput benchmarks, interleaved rounds, medians and ratios against a baseline measured
+    /// in the same run.
+    Bench(bench::BenchArgs),
+}
+
+const REEXEC: &str = "NERVUS_XTASK_FEATURES";
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    if let Some(features) = &cli.features
+        && std::env::var(REEXEC).ok().as_deref() != Some(features.as_str())
+    {
+        // Drop `--features X` and hand the rest to a build of this tool with those features.
+        let mut args: Vec<String> = Vec::new();
+        let mut skip = false;
+        for a in std::env::args().skip(1) {
+            if skip {
+                skip = false;
+                continue;
+            }
+            if a == "--features" {
+                skip = true;
+                continue;
+            }
+            if a.starts_with("--features=") {
+                continue;
+            }
+            args.push(a);
+        }
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "--package",
+                    "xtask",
+                    "--features",
+                    features,
+                    "--",
+                ])
+                .args(&args)
+                .env(REEXEC, features)
+                .status()?;
+        if !status.success() {
+            bail!("xtask with features `{features}` failed ({status})");
+        }
+        return Ok(());
+    }
+    match cli.command {
+        Command::Bench(args) => bench::run(args),
+    }
+}

@@ -51,7 +51,6 @@ mod tests {
     use crate::testing::{AB, assert_close, numerical_grad, randn, tensor, to_vec};
     use burn::module::Param;
     use burn::nn::LinearConfig;
-    use burn::prelude::*;
 
     // A telling point: inputs with std 3 and weights far from any unit scale.
     fn point() -> (Mat, Mat, Vec<f64>, Mat) {

@@ -24,7 +24,6 @@ pub fn backward(x: &Mat, dy: &Mat) -> Mat {
 mod tests {
     use super::*;
     use crate::testing::{AB, assert_close, numerical_grad, randn, tensor, to_vec};
-    use burn::prelude::*;
 
     #[test]
     fn relu_backward_matches_numerical_away_from_the_kink() {
