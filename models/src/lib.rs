@@ -4,13 +4,20 @@
 //! Dimension names used in shape comments throughout: `B` batch, `T` sequence length, `C` model
 //! width, `V` vocabulary, `H` heads, `N` patches, `F` frames.
 
+pub mod attention;
+pub mod block;
+pub mod feed_forward;
+pub mod gpt;
+pub mod gpt2;
 pub mod mlp;
+pub mod named;
 pub mod reference;
 
 #[cfg(test)]
 pub(crate) mod testing;
 
 pub mod checkpoint;
+pub mod compare;
 
 use burn::prelude::*;
 use checkpoint::NamedTensor;
@@ -38,4 +45,16 @@ pub fn named_to_tensor<B: Backend, const D: usize>(
         TensorData::new(t.data, t.shape).convert::<B::FloatElem>(),
         device,
     )
+}
+
+/// Sets a linear layer's bias to zeros, as a trainable parameter (GPT-2 and DiT start their biases
+/// at zero). A bias made with `zeros_like` would lose its gradient tracking and never train.
+pub fn zero_bias<B: Backend>(layer: &mut burn::nn::Linear<B>) {
+    if let Some(b) = &layer.bias {
+        let shape = b.dims();
+        let device = b.device();
+        layer.bias = Some(burn::module::Param::from_tensor(Tensor::zeros(
+            shape, &device,
+        )));
+    }
 }
