@@ -11,5 +11,6 @@ mod error;
 pub mod idx;
 pub mod mnist;
 pub mod rng;
+pub mod text;
 
 pub use error::{DataError, Result};

@@ -136,3 +136,30 @@ pub fn import<B: Backend, M: Module<B>>(
     }
     Ok(module)
 }
+
+/// Every float parameter's gradient as f64 values by Burn path (for parity tests on f64
+/// backends, where going through f32 would throw away the precision being tested).
+pub fn export_grads_f64<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &B::Gradients,
+) -> Vec<(String, Vec<f64>)> {
+    struct V<'a, B: AutodiffBackend>(PathTracker, Vec<(String, Vec<f64>)>, &'a B::Gradients);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for V<'_, B> {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.0.enter(name)
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.0.exit()
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let g = param
+                .grad(self.2)
+                .unwrap_or_else(|| param.val().inner().zeros_like());
+            self.1
+                .push((self.0.path(), g.into_data().iter::<f64>().collect()));
+        }
+    }
+    let mut v = V::<B>(PathTracker::default(), Vec::new(), grads);
+    module.visit(&mut v);
+    v.1
+}

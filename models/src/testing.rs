@@ -24,3 +24,39 @@ pub fn tensor<B: Backend, const D: usize>(data: Vec<f64>, shape: [usize; D]) -> 
 }
 
 pub use crate::compare::{assert_close, numerical_grad, randn, worst_rel};
+
+/// Values rounded to f32 and back: parity tests load weights into Burn through f32 checkpoint
+/// tensors, so the point is chosen f32-exact and both sides compute from identical weights.
+pub fn f32_exact(v: Vec<f64>) -> Vec<f64> {
+    v.into_iter().map(|x| x as f32 as f64).collect()
+}
+
+/// Replaces the named parameters of a Burn module (by Burn path) with the given values.
+pub fn load<M: burn::module::Module<AB>>(module: M, tensors: &[(&str, &[usize], &[f64])]) -> M {
+    let map = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            assert!(
+                data.iter().all(|&v| v as f32 as f64 == v),
+                "{name}: parity points must be f32-exact (use f32_exact)"
+            );
+            let t = crate::checkpoint::NamedTensor::new(
+                *name,
+                shape.to_vec(),
+                data.iter().map(|&v| v as f32).collect(),
+            );
+            (name.to_string(), t)
+        })
+        .collect();
+    crate::named::import(module, map, std::path::Path::new("test")).unwrap()
+}
+
+/// The module's parameter gradients by Burn path, as f64.
+pub fn grads_by_path<M: burn::module::AutodiffModule<AB>>(
+    module: &M,
+    grads: &<AB as burn::tensor::backend::AutodiffBackend>::Gradients,
+) -> std::collections::HashMap<String, Vec<f64>> {
+    crate::named::export_grads_f64(module, grads)
+        .into_iter()
+        .collect()
+}

@@ -6,10 +6,20 @@
 //! missing factor would show, and a parity test against the Burn module's autodiff gradient on the
 //! same weights and inputs.
 
+pub mod adamw;
+pub mod attention;
+pub mod block;
+pub mod embedding;
+pub mod gelu;
+pub mod gpt;
+pub mod layer_norm;
 pub mod linear;
 pub mod matrix;
+#[cfg(test)]
+mod mistakes;
 pub mod mlp;
 pub mod relu;
+pub mod rms_norm;
 pub mod softmax_xent;
 
 pub use matrix::Mat;
