@@ -1,1 +1,3 @@
-//! placeholder
+//! Using trained models: text generation with a KV cache ([`generate`]).
+
+pub mod generate;

@@ -81,3 +81,43 @@ pub fn median(v: &[f64]) -> f64 {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
+
+/// Training characters a second of a GPT: forward, backward, clipping and an AdamW step on random
+/// windows of `batch × context` tokens, `steps` of them after three warm-up steps.
+pub fn gpt_chars_per_sec<B: AutodiffBackend>(
+    config: &nervus_models::gpt::GptConfig,
+    batch: usize,
+    steps: usize,
+    clip: Option<f64>,
+    device: &B::Device,
+) -> f64 {
+    use nervus_models::gpt::Gpt;
+    let mut model: Gpt<B> = config.init(device);
+    let mut optim = OptimizerSpec::adamw(0.1).build(clip);
+    let t = config.context;
+    let ids = || {
+        Tensor::<B, 2, Int>::random(
+            [batch, t],
+            Distribution::Uniform(0.0, config.vocab as f64),
+            device,
+        )
+    };
+    let (x, y) = (ids(), ids());
+    let mut step = |model: Gpt<B>| {
+        let loss = model.loss(x.clone(), y.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        optim.step(1e-3, model, grads)
+    };
+    for _ in 0..3 {
+        model = step(model);
+    }
+    let _ = model.valid().lm_head.weight.val().into_data();
+    sync::<B>(device);
+    let start = Instant::now();
+    for _ in 0..steps {
+        model = step(model);
+    }
+    let _ = model.valid().lm_head.weight.val().into_data();
+    sync::<B>(device);
+    (steps * batch * t) as f64 / start.elapsed().as_secs_f64()
+}

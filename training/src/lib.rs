@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod gpt;
 pub mod loader;
 pub mod mnist;
 pub mod optim;

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub trait BatchSource<B: Backend>: Send + Sync {
     type Batch: Send;
 
-    /// Batches in one epoch.
-    fn batches_per_epoch(&self) -> usize;
+    /// Batches in `epoch` (1-based).
+    fn batches(&self, epoch: usize) -> usize;
 
-    /// Items in one epoch (for progress reports).
-    fn items_per_epoch(&self) -> usize;
+    /// Items in a batch (for progress reports and rates).
+    fn items_per_batch(&self) -> usize;
 
     /// The `index`-th batch (0-based) of `epoch` (1-based, as Burn's learner counts), on `device`.
     fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> Self::Batch;
@@ -44,18 +44,23 @@ pub struct SourceLoader<B: Backend, S> {
     source: Arc<S>,
     cursor: EpochCursor,
     device: B::Device,
+    /// A slice of each epoch's batches, as fractions (Burn's multi-device strategy slices).
     range: (usize, usize),
 }
 
 impl<B: Backend, S: BatchSource<B>> SourceLoader<B, S> {
     pub fn new(source: S, cursor: EpochCursor, device: B::Device) -> Self {
-        let n = source.batches_per_epoch();
         Self {
             source: Arc::new(source),
             cursor,
             device,
-            range: (0, n),
+            range: (0, usize::MAX),
         }
+    }
+
+    fn bounds(&self, epoch: usize) -> (usize, usize) {
+        let n = self.source.batches(epoch);
+        (self.range.0.min(n), self.range.1.min(n))
     }
 
     pub fn source(&self) -> &S {
@@ -73,7 +78,7 @@ impl<B: Backend, S: BatchSource<B>> Iterator for SourceIter<'_, B, S> {
     type Item = S::Batch;
 
     fn next(&mut self) -> Option<S::Batch> {
-        let (start, end) = self.loader.range;
+        let (start, end) = self.loader.bounds(self.epoch);
         if start + self.next >= end {
             return None;
         }
@@ -88,13 +93,9 @@ impl<B: Backend, S: BatchSource<B>> Iterator for SourceIter<'_, B, S> {
 
 impl<B: Backend, S: BatchSource<B>> DataLoaderIterator<S::Batch> for SourceIter<'_, B, S> {
     fn progress(&self) -> Progress {
-        let (start, end) = self.loader.range;
-        let per = self.loader.source.items_per_epoch() as f64
-            / self.loader.source.batches_per_epoch().max(1) as f64;
-        Progress::new(
-            (self.next as f64 * per).round() as usize,
-            ((end - start) as f64 * per).round() as usize,
-        )
+        let (start, end) = self.loader.bounds(self.epoch);
+        let per = self.loader.source.items_per_batch();
+        Progress::new(self.next * per, (end - start) * per)
     }
 }
 
@@ -108,7 +109,8 @@ impl<B: Backend, S: BatchSource<B> + 'static> DataLoader<B, S::Batch> for Source
     }
 
     fn num_items(&self) -> usize {
-        self.source.items_per_epoch()
+        let (start, end) = self.bounds(self.cursor.get().max(1));
+        (end - start) * self.source.items_per_batch()
     }
 
     fn to_device(&self, device: &B::Device) -> Arc<dyn DataLoader<B, S::Batch>> {

@@ -97,12 +97,12 @@ pub fn class_batch<B: Backend>(
 impl<B: Backend> BatchSource<B> for MnistSource {
     type Batch = ClassBatch<B>;
 
-    fn batches_per_epoch(&self) -> usize {
+    fn batches(&self, _epoch: usize) -> usize {
         self.split.len().div_ceil(self.batch)
     }
 
-    fn items_per_epoch(&self) -> usize {
-        self.split.len()
+    fn items_per_batch(&self) -> usize {
+        self.batch
     }
 
     fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> ClassBatch<B> {

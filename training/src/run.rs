@@ -135,10 +135,10 @@ where
 {
     let device = model.devices()[0].clone();
     let cursor = EpochCursor::default();
-    let batches_per_epoch = train.batches_per_epoch();
+    let batches: Vec<usize> = (1..=run.epochs).map(|e| train.batches(e)).collect();
     assert!(
-        batches_per_epoch % run.accumulation.max(1) == 0,
-        "batches per epoch ({batches_per_epoch}) must be a multiple of the accumulation ({})",
+        batches.iter().all(|b| b % run.accumulation.max(1) == 0),
+        "batches per epoch ({batches:?}) must be multiples of the accumulation ({})",
         run.accumulation
     );
     let train = Arc::new(SourceLoader::<B, TS>::new(
@@ -156,7 +156,7 @@ where
         device,
         cursor,
         accumulation: run.accumulation.max(1),
-        batches_per_epoch,
+        batches,
         hook: Arc::new(Mutex::new(hook)),
         baseline: run.baseline,
         error: error.clone(),

@@ -103,8 +103,8 @@ pub struct StepStrategy<LC: LearningComponentsTypes> {
     pub cursor: EpochCursor,
     /// Micro-batches per optimizer step (1 = no accumulation).
     pub accumulation: usize,
-    /// Batches per epoch, to count optimizer steps across a resume.
-    pub batches_per_epoch: usize,
+    /// Batches in each epoch, to count optimizer steps across a resume.
+    pub batches: Vec<usize>,
     pub hook: SharedHook<LC::InferenceModel>,
     /// Measure the starting model before training.
     pub baseline: bool,
@@ -179,7 +179,10 @@ where
             }
         }
 
-        let mut step = (starting_epoch - 1) * self.batches_per_epoch.div_ceil(k);
+        let mut step: usize = self.batches[..starting_epoch - 1]
+            .iter()
+            .map(|b| b / k)
+            .sum();
         for epoch in starting_epoch..=epochs {
             if interrupter.should_stop() {
                 break;

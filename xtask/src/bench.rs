@@ -11,6 +11,9 @@ pub struct BenchArgs {
     /// Interleaved rounds; medians are reported.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Timed steps per run (model benchmarks); the default suits each model.
+    #[arg(long)]
+    steps: Option<usize>,
 }
 
 type NdArray = burn::backend::NdArray<f32>;
@@ -19,7 +22,8 @@ type Flex = burn::backend::Flex;
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "backends" => backends(args.rounds),
-        other => bail!("unknown benchmark `{other}`: try backends"),
+        "gpt" => gpt(args.rounds, args.steps),
+        other => bail!("unknown benchmark `{other}`: try backends, gpt"),
     }
 }
 
@@ -64,5 +68,74 @@ fn backends(rounds: usize) -> Result<()> {
         b / a
     )?;
     print!("{t}");
+    Ok(())
+}
+
+/// The backend the GPU feature selected, if one did.
+fn gpu_name() -> Option<&'static str> {
+    matches!(nervus_training::backend::NAME, "wgpu" | "cuda")
+        .then_some(nervus_training::backend::NAME)
+}
+
+fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
+    use nervus_models::gpt::GptSize;
+    use nervus_training::bench::gpt_chars_per_sec;
+    // Shakespeare's 64 characters; batch 16 (the example's default).
+    let sizes = [GptSize::Small, GptSize::Medium, GptSize::Large];
+    let mut names = vec!["ndarray", "flex"];
+    names.extend(gpu_name());
+    println!(
+        "GPT training throughput (characters a second), batch 16, clip 1.0, {} threads, {rounds} interleaved rounds, medians",
+        threads()
+    );
+    let mut table = String::new();
+    writeln!(table, "| preset | parameters | {} |", names.join(" | "))?;
+    writeln!(table, "|---|---|{}", "---|".repeat(names.len()))?;
+    for size in sizes {
+        let config = size.config(64);
+        let n = steps.unwrap_or(match size {
+            GptSize::Small => 30,
+            GptSize::Medium => 10,
+            GptSize::Large => 3,
+        });
+        let mut results = vec![Vec::new(); names.len()];
+        for _ in 0..rounds {
+            results[0].push(gpt_chars_per_sec::<burn::backend::Autodiff<NdArray>>(
+                &config,
+                16,
+                n,
+                Some(1.0),
+                &Default::default(),
+            ));
+            results[1].push(gpt_chars_per_sec::<burn::backend::Autodiff<Flex>>(
+                &config,
+                16,
+                n,
+                Some(1.0),
+                &Default::default(),
+            ));
+            if names.len() > 2 {
+                results[2].push(gpt_chars_per_sec::<nervus_training::backend::Train>(
+                    &config,
+                    16,
+                    n,
+                    Some(1.0),
+                    &nervus_training::backend::device(),
+                ));
+            }
+        }
+        let cells: Vec<String> = results
+            .iter()
+            .map(|r| format!("{:.0}", median(r)))
+            .collect();
+        writeln!(
+            table,
+            "| {size:?} | {} | {} |",
+            config.num_params(),
+            cells.join(" | ")
+        )?;
+        eprintln!("  {size:?} done");
+    }
+    print!("{table}");
     Ok(())
 }

@@ -1,0 +1,526 @@
+//! The GPT on the shared path: windows of text as batches, a fixed validation set, samples and the
+//! best model saved at every checkpoint, continuations that only ever replace a model with a
+//! better one.
+//!
+//! Data. Training windows come from the first 90% of the text and validation windows from the last
+//! 10%: the tail, not a random sample, because windows overlap and a random validation window
+//! would share most of its characters with training windows. Validation uses a fixed set of
+//! windows drawn by a generator of its own, so every checkpoint and every run (whatever its seed
+//! or `--eval-every`) is scored on the same questions, and drawing them never moves the training
+//! stream: training batch `n` is a function of the seed and `n` alone.
+
+use crate::loader::BatchSource;
+use crate::optim::OptimizerSpec;
+use crate::report::{Reporter, duration};
+use crate::run::{RunConfig, TrainError, fit};
+use crate::schedule::WarmupCosine;
+use crate::strategy::{EpochHook, EpochInfo, Score, Scored};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::metric::{LearningRateMetric, LossMetric};
+use nervus_datasets::download::sha256_hex;
+use nervus_datasets::rng::Rng;
+use nervus_datasets::text::{CharTokenizer, UnknownChar};
+use nervus_inference::generate::{SampleOptions, generate};
+use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::gpt::{Gpt, GptConfig, LmBatch, LmOutput};
+use nervus_models::gpt2;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The stream validation windows are drawn from (independent of any run's seed).
+const EVAL_SEED: u64 = 0x5EED_E7A1;
+
+impl<B: Backend> Scored for LmOutput<B> {
+    fn score(&self, _full: bool) -> Score {
+        let loss = self.loss.clone().into_scalar().elem::<f64>();
+        Score {
+            loss_sum: loss * self.tokens as f64,
+            count: self.tokens as f64,
+            correct: None,
+        }
+    }
+}
+
+/// A text as token ids, with the point where validation begins.
+#[derive(Clone, Debug)]
+pub struct TextData {
+    pub name: String,
+    pub sha256: String,
+    pub tokenizer: CharTokenizer,
+    pub ids: Arc<Vec<u32>>,
+    /// Ids `0..split` train, `split..` validate.
+    pub split: usize,
+}
+
+/// Why a text cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TextDataError {
+    #[error(transparent)]
+    Unknown(#[from] UnknownChar),
+    #[error(
+        "{name}: {len} characters is too short: the last 10% must hold a validation window of {need} \
+         (context + 1); use a longer text or a smaller --context"
+    )]
+    TooShort {
+        name: String,
+        len: usize,
+        need: usize,
+    },
+}
+
+impl TextData {
+    /// Splits `text` 90/10, with `tokenizer` (a continuation's) or one built from the text.
+    pub fn new(
+        name: &str,
+        text: &str,
+        tokenizer: Option<CharTokenizer>,
+        context: usize,
+    ) -> Result<Self, TextDataError> {
+        let tokenizer = tokenizer.unwrap_or_else(|| CharTokenizer::from_text(text));
+        let ids = tokenizer.encode(text, name)?;
+        let split = ids.len() * 9 / 10;
+        if ids.len() - split < context + 1 || split < context + 1 {
+            return Err(TextDataError::TooShort {
+                name: name.to_string(),
+                len: ids.len(),
+                need: context + 1,
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            sha256: sha256_hex(text.as_bytes()),
+            tokenizer,
+            ids: Arc::new(ids),
+            split,
+        })
+    }
+
+    /// `(ln V, unigram entropy of the training part)`: the losses of knowing nothing and of
+    /// knowing only how common each character is.
+    pub fn losses_to_beat(&self) -> (f64, f64) {
+        let v = self.tokenizer.vocab_size();
+        (
+            (v as f64).ln(),
+            nervus_datasets::text::unigram_entropy(&self.ids[..self.split], v),
+        )
+    }
+}
+
+fn lm_batch<B: Backend>(ids: &[u32], starts: &[usize], t: usize, device: &B::Device) -> LmBatch<B> {
+    let b = starts.len();
+    let mut x = Vec::with_capacity(b * t);
+    let mut y = Vec::with_capacity(b * t);
+    for &s in starts {
+        x.extend(ids[s..s + t].iter().map(|&v| v as i64));
+        y.extend(ids[s + 1..s + t + 1].iter().map(|&v| v as i64));
+    }
+    LmBatch {
+        inputs: Tensor::from_data(TensorData::new(x, [b, t]), device),
+        targets: Tensor::from_data(TensorData::new(y, [b, t]), device),
+    }
+}
+
+/// Random training windows: batch `n` of the run is drawn by `Rng::stream(seed, n)`.
+pub struct WindowSource {
+    ids: Arc<Vec<u32>>,
+    /// Window starts are drawn from `0..=last_start`.
+    last_start: usize,
+    context: usize,
+    batch: usize,
+    seed: u64,
+    /// Batches in each epoch (the last may be shorter).
+    epochs: Vec<usize>,
+}
+
+impl WindowSource {
+    pub fn new(
+        data: &TextData,
+        context: usize,
+        batch: usize,
+        seed: u64,
+        steps: usize,
+        every: usize,
+    ) -> Self {
+        let every = every.clamp(1, steps.max(1));
+        let mut epochs = vec![every; steps / every];
+        if steps % every != 0 {
+            epochs.push(steps % every);
+        }
+        Self {
+            ids: data.ids.clone(),
+            last_start: data.split - context - 1,
+            context,
+            batch,
+            seed,
+            epochs,
+        }
+    }
+
+    pub fn epochs(&self) -> usize {
+        self.epochs.len()
+    }
+
+    /// The window starts of the run's `n`-th batch (0-based).
+    pub fn starts(&self, n: usize) -> Vec<usize> {
+        let mut rng = Rng::stream(self.seed, n as u64);
+        (0..self.batch)
+            .map(|_| rng.below(self.last_start + 1))
+            .collect()
+    }
+}
+
+impl<B: Backend> BatchSource<B> for WindowSource {
+    type Batch = LmBatch<B>;
+
+    fn batches(&self, epoch: usize) -> usize {
+        self.epochs
+            .get(epoch.saturating_sub(1))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.batch
+    }
+
+    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
+        let n = self.epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index;
+        lm_batch(&self.ids, &self.starts(n), self.context, device)
+    }
+}
+
+/// The fixed validation windows, from the tail of the text.
+pub struct EvalSource {
+    ids: Arc<Vec<u32>>,
+    starts: Vec<usize>,
+    context: usize,
+    batch: usize,
+}
+
+impl EvalSource {
+    /// `windows` windows drawn once from the validation part by the evaluation stream.
+    pub fn new(data: &TextData, context: usize, windows: usize, batch: usize) -> Self {
+        let mut rng = Rng::new(EVAL_SEED);
+        let span = data.ids.len() - context - 1 - data.split;
+        let starts = (0..windows)
+            .map(|_| data.split + rng.below(span + 1))
+            .collect();
+        Self {
+            ids: data.ids.clone(),
+            starts,
+            context,
+            batch: batch.max(1),
+        }
+    }
+
+    /// The default number of windows: about 16K predictions, at least 32 windows.
+    pub fn default_windows(context: usize) -> usize {
+        16_384usize.div_ceil(context).max(32)
+    }
+
+    pub fn starts(&self) -> &[usize] {
+        &self.starts
+    }
+}
+
+impl<B: Backend> BatchSource<B> for EvalSource {
+    type Batch = LmBatch<B>;
+
+    fn batches(&self, _epoch: usize) -> usize {
+        self.starts.len().div_ceil(self.batch)
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.batch
+    }
+
+    fn batch(&self, _epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
+        let end = ((index + 1) * self.batch).min(self.starts.len());
+        lm_batch(
+            &self.ids,
+            &self.starts[index * self.batch..end],
+            self.context,
+            device,
+        )
+    }
+}
+
+/// What a run was, saved beside the model as `training.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSettings {
+    pub data: String,
+    pub data_sha256: String,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub decay_to: f64,
+    pub clip: Option<f64>,
+    pub optimizer: OptimizerSpec,
+    pub seed: u64,
+    pub eval_every: usize,
+    pub eval_windows: usize,
+    pub backend: String,
+    /// The directory this run continued from, if any.
+    pub continued_from: Option<String>,
+    /// Optimizer steps taken when this model was saved (counting from this run's start).
+    pub step: usize,
+    /// Its validation loss (nats per character) on the fixed windows, once measured.
+    pub valid_loss: Option<f64>,
+}
+
+/// Everything a GPT run needs besides the data.
+#[derive(Clone, Debug)]
+pub struct GptOptions {
+    pub model: GptConfig,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    /// Warm-up steps.
+    pub warmup: usize,
+    pub decay_to: f64,
+    /// Global-norm clipping threshold; `None` for no clipping.
+    pub clip: Option<f64>,
+    pub weight_decay: f64,
+    pub seed: u64,
+    pub eval_every: usize,
+    pub eval_windows: usize,
+    /// What the checkpoint sample looks like.
+    pub sample: SampleOptions,
+    /// The sample's prompt.
+    pub prompt: String,
+    /// Where the best model is written.
+    pub save: Option<PathBuf>,
+    /// Burn's working directory for the run.
+    pub run_dir: PathBuf,
+    /// The directory the starting model came from (a continuation).
+    pub continued_from: Option<PathBuf>,
+}
+
+/// What the run measured.
+#[derive(Clone, Debug, Default)]
+pub struct GptReport {
+    /// `(step, train loss, validation loss)` at each checkpoint.
+    pub checkpoints: Vec<(usize, f64, f64)>,
+    /// Validation loss of the starting model, for a continuation.
+    pub baseline: Option<f64>,
+    /// The best validation loss and the step it was reached at (`None`: nothing beat the start).
+    pub best: Option<(usize, f64)>,
+    pub seconds: f64,
+    /// The last checkpoint's sample.
+    pub sample: String,
+}
+
+/// Writes a model directory: `model.safetensors` + `config.json` (GPT-2), `tokenizer.json` and
+/// `training.json`. All four go into a fresh directory beside `dir` which then takes `dir`'s
+/// place, so a reader sees the old model or the new one, never half of each.
+pub fn save_dir<B: Backend>(
+    model: &Gpt<B>,
+    tokenizer: &CharTokenizer,
+    settings: &TrainingSettings,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| CheckpointError::io(parent, e))?;
+    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
+    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    gpt2::save(model, &staging)?;
+    tokenizer
+        .save(&staging.join("tokenizer.json"))
+        .map_err(|e| CheckpointError::format(&staging, e.to_string()))?;
+    write_json(&staging.join("training.json"), settings)?;
+    if dir.exists() {
+        std::fs::rename(dir, &old).map_err(|e| CheckpointError::io(dir, e))?;
+    }
+    std::fs::rename(&staging, dir).map_err(|e| CheckpointError::io(dir, e))?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+/// Reads a model directory written by [`save_dir`] (or any GPT-2 directory with a character
+/// `tokenizer.json`).
+pub fn load_dir<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(Gpt<B>, CharTokenizer, Option<TrainingSettings>), CheckpointError> {
+    let model = gpt2::load(dir, device)?;
+    let tok_path = dir.join("tokenizer.json");
+    let tokenizer = CharTokenizer::load(&tok_path)
+        .map_err(|e| CheckpointError::format(&tok_path, e.to_string()))?;
+    if tokenizer.vocab_size() != model.config.vocab {
+        return Err(CheckpointError::format(
+            &tok_path,
+            format!(
+                "{} tokens, but the model has {} rows",
+                tokenizer.vocab_size(),
+                model.config.vocab
+            ),
+        ));
+    }
+    let settings_path = dir.join("training.json");
+    let settings = if settings_path.exists() {
+        Some(read_json(&settings_path)?)
+    } else {
+        None
+    };
+    Ok((model, tokenizer, settings))
+}
+
+struct GptHook {
+    report: Reporter,
+    opts: GptOptions,
+    tokenizer: CharTokenizer,
+    prompt: Vec<u32>,
+    settings: TrainingSettings,
+    best: f64,
+    out: Arc<Mutex<GptReport>>,
+}
+
+impl<B: Backend> EpochHook<Gpt<B>> for GptHook {
+    fn baseline(&mut self, valid: Score, _model: &Gpt<B>) -> Result<(), String> {
+        self.best = valid.loss();
+        self.out.lock().expect("report").baseline = Some(valid.loss());
+        self.report.line(format!(
+            "the starting model scores {:.4} on the validation windows: a checkpoint must beat that to be saved",
+            valid.loss()
+        ));
+        Ok(())
+    }
+
+    fn after_epoch(&mut self, info: &EpochInfo, model: &Gpt<B>) -> Result<(), String> {
+        let mut rng = Rng::stream(self.opts.seed ^ 0xA5A5, info.step as u64);
+        let sample =
+            self.tokenizer
+                .decode(&generate(model, &self.prompt, &self.opts.sample, &mut rng));
+        let valid = info.valid.loss();
+        let mut note = String::new();
+        if valid < self.best {
+            self.best = valid;
+            self.out.lock().expect("report").best = Some((info.step, valid));
+            if let Some(dir) = &self.opts.save {
+                self.settings.step = info.step;
+                self.settings.valid_loss = Some(valid);
+                save_dir(model, &self.tokenizer, &self.settings, dir).map_err(|e| e.to_string())?;
+                note = format!("  saved to {}", dir.display());
+            }
+        }
+        self.report.line(format!(
+            "step {:>5}  train loss {:.3}  validation loss {:.3}  lr {:.2e}  ({}){note}",
+            info.step,
+            info.train.loss(),
+            valid,
+            info.lr,
+            duration(info.elapsed)
+        ));
+        let shown = format!("{}{}", self.opts.prompt, sample);
+        for line in shown.lines() {
+            self.report.line(format!("  > {line}"));
+        }
+        let mut out = self.out.lock().expect("report");
+        out.checkpoints.push((info.step, info.train.loss(), valid));
+        out.seconds = info.elapsed;
+        out.sample = sample;
+        Ok(())
+    }
+}
+
+/// Trains `model` (a fresh one, or a continuation's) on `data`; returns what was measured and the
+/// model as it ended (the best one is on disk, if `save` was given).
+pub fn train<B: AutodiffBackend>(
+    opts: &GptOptions,
+    data: &TextData,
+    model: Gpt<B>,
+    report: Reporter,
+) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
+    let context = model.context();
+    let prompt = data
+        .tokenizer
+        .encode(&opts.prompt, "--prompt")
+        .map_err(|e| TrainError::Hook(e.to_string()))?;
+    let prompt = if prompt.is_empty() {
+        vec![data.ids[data.split]]
+    } else {
+        prompt
+    };
+    let optimizer = OptimizerSpec::adamw(opts.weight_decay);
+    let settings = TrainingSettings {
+        data: data.name.clone(),
+        data_sha256: data.sha256.clone(),
+        steps: opts.steps,
+        batch: opts.batch,
+        lr: opts.lr,
+        warmup: opts.warmup,
+        decay_to: opts.decay_to,
+        clip: opts.clip,
+        optimizer: optimizer.clone(),
+        seed: opts.seed,
+        eval_every: opts.eval_every,
+        eval_windows: opts.eval_windows,
+        backend: crate::backend::NAME.to_string(),
+        continued_from: opts
+            .continued_from
+            .as_ref()
+            .map(|p| p.display().to_string()),
+        step: 0,
+        valid_loss: None,
+    };
+    let out = Arc::new(Mutex::new(GptReport::default()));
+    let hook = GptHook {
+        report: report.clone(),
+        opts: opts.clone(),
+        tokenizer: data.tokenizer.clone(),
+        prompt,
+        settings,
+        best: f64::INFINITY,
+        out: out.clone(),
+    };
+    let train_src = WindowSource::new(
+        data,
+        context,
+        opts.batch,
+        opts.seed,
+        opts.steps,
+        opts.eval_every,
+    );
+    let epochs = train_src.epochs();
+    let run = RunConfig {
+        dir: opts.run_dir.clone(),
+        epochs,
+        accumulation: 1,
+        resume: false,
+        baseline: opts.continued_from.is_some(),
+        report: report.clone(),
+        unit: Some(((opts.batch * context) as f64, "characters".into())),
+    };
+    let last = fit(
+        run,
+        model,
+        optimizer.build(opts.clip),
+        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        train_src,
+        EvalSource::new(data, context, opts.eval_windows, 64),
+        |t| {
+            t.metrics((LossMetric::new(),))
+                .metric_train_numeric(LearningRateMetric::new())
+        },
+        Box::new(hook),
+    )?;
+    let out = out.lock().expect("report").clone();
+    if let (Some(base), None) = (out.baseline, out.best) {
+        report.line(format!(
+            "nothing beat the model this run started from: it scores {base:.4}, and no checkpoint here did better; \
+             the saved model is unchanged"
+        ));
+    }
+    Ok((out, last))
+}
