@@ -12,14 +12,14 @@
 
 use crate::attention::KvCache;
 use crate::block::{Block, BlockConfig};
+use crate::output::LossOutput;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
     Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::metric::{Adaptor, LossInput};
-use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use serde::{Deserialize, Serialize};
 
 /// Normalisation layer of the blocks and the final norm.
@@ -181,28 +181,6 @@ pub struct LmBatch<B: Backend> {
     pub targets: Tensor<B, 2, Int>,
 }
 
-/// What a language-model step reports: the mean loss and how many predictions it averages.
-#[derive(Clone, Debug)]
-pub struct LmOutput<B: Backend> {
-    /// `[1]`, mean cross-entropy in nats.
-    pub loss: Tensor<B, 1>,
-    pub tokens: usize,
-}
-
-impl<B: Backend> ItemLazy for LmOutput<B> {
-    type ItemSync = LmOutput<B>;
-
-    fn sync(self) -> Self {
-        self
-    }
-}
-
-impl<B: Backend> Adaptor<LossInput<B>> for LmOutput<B> {
-    fn adapt(&self) -> LossInput<B> {
-        LossInput::new(self.loss.clone())
-    }
-}
-
 impl<B: Backend> Gpt<B> {
     /// Longest sequence the model reads.
     pub fn context(&self) -> usize {
@@ -264,18 +242,18 @@ impl<B: Backend> Gpt<B> {
 
 impl<B: AutodiffBackend> TrainStep for Gpt<B> {
     type Input = LmBatch<B>;
-    type Output = LmOutput<B::InnerBackend>;
+    type Output = LossOutput<B::InnerBackend>;
 
-    fn step(&self, batch: LmBatch<B>) -> TrainOutput<LmOutput<B::InnerBackend>> {
+    fn step(&self, batch: LmBatch<B>) -> TrainOutput<LossOutput<B::InnerBackend>> {
         let [b, t] = batch.inputs.dims();
         let loss = self.loss(batch.inputs, batch.targets);
         let grads = loss.backward();
         TrainOutput::new(
             self,
             grads,
-            LmOutput {
+            LossOutput {
                 loss: loss.inner(),
-                tokens: b * t,
+                count: b * t,
             },
         )
     }
@@ -283,13 +261,13 @@ impl<B: AutodiffBackend> TrainStep for Gpt<B> {
 
 impl<B: Backend> InferenceStep for Gpt<B> {
     type Input = LmBatch<B>;
-    type Output = LmOutput<B>;
+    type Output = LossOutput<B>;
 
-    fn step(&self, batch: LmBatch<B>) -> LmOutput<B> {
+    fn step(&self, batch: LmBatch<B>) -> LossOutput<B> {
         let [b, t] = batch.inputs.dims();
-        LmOutput {
+        LossOutput {
             loss: self.loss(batch.inputs, batch.targets),
-            tokens: b * t,
+            count: b * t,
         }
     }
 }

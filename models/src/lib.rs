@@ -4,14 +4,26 @@
 //! Dimension names used in shape comments throughout: `B` batch, `T` sequence length, `C` model
 //! width, `V` vocabulary, `H` heads, `N` patches, `F` frames.
 
+pub mod ada_norm;
 pub mod attention;
 pub mod block;
+pub mod diffusers;
+pub mod dit;
+pub mod dit_attention;
+pub mod dit_block;
 pub mod feed_forward;
+pub mod flow;
 pub mod gpt;
 pub mod gpt2;
+pub mod label_embed;
 pub mod mlp;
+pub mod modulate;
 pub mod named;
+pub mod output;
+pub mod patch_embed;
 pub mod reference;
+pub mod regroup;
+pub mod timestep;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -23,8 +23,9 @@ use nervus_datasets::rng::Rng;
 use nervus_datasets::text::{CharTokenizer, UnknownChar};
 use nervus_inference::generate::{SampleOptions, generate};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
-use nervus_models::gpt::{Gpt, GptConfig, LmBatch, LmOutput};
+use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
 use nervus_models::gpt2;
+use nervus_models::output::LossOutput;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,12 +33,12 @@ use std::sync::{Arc, Mutex};
 /// The stream validation windows are drawn from (independent of any run's seed).
 const EVAL_SEED: u64 = 0x5EED_E7A1;
 
-impl<B: Backend> Scored for LmOutput<B> {
+impl<B: Backend> Scored for LossOutput<B> {
     fn score(&self, _full: bool) -> Score {
         let loss = self.loss.clone().into_scalar().elem::<f64>();
         Score {
-            loss_sum: loss * self.tokens as f64,
-            count: self.tokens as f64,
+            loss_sum: loss * self.count as f64,
+            count: self.count as f64,
             correct: None,
         }
     }

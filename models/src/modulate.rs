@@ -1,0 +1,40 @@
+//! adaLN-Zero's pieces: a LayerNorm without gain or bias, whose scale and shift are computed from
+//! the conditioning instead ([`modulate`]), and a gated residual ([`gated`]).
+//!
+//! Every gate and the output layer start at zero (DiT's "-Zero"), so a fresh block is the identity
+//! and a fresh model predicts zero: training starts from a network that does nothing rather than
+//! from one that does something random to every token.
+
+use burn::prelude::*;
+
+/// LayerNorm over the last axis with no learned gain or bias.
+///
+/// Shapes: `[.., C]` → `[.., C]`.
+pub fn layer_norm_plain<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
+    let mean = x.clone().mean_dim(D - 1);
+    let centred = x - mean;
+    let var = centred.clone().square().mean_dim(D - 1);
+    centred / (var + eps).sqrt()
+}
+
+/// `x · (1 + scale) + shift`, with one scale and shift per sample.
+///
+/// Shapes: `x [B, N, C]`, `shift`, `scale [B, C]` → `[B, N, C]`.
+pub fn modulate<B: Backend>(
+    x: Tensor<B, 3>,
+    shift: Tensor<B, 2>,
+    scale: Tensor<B, 2>,
+) -> Tensor<B, 3> {
+    x * (scale.unsqueeze_dim::<3>(1) + 1.0) + shift.unsqueeze_dim::<3>(1)
+}
+
+/// `x + gate · branch`, with one gate per sample and channel.
+///
+/// Shapes: `x`, `branch [B, N, C]`, `gate [B, C]` → `[B, N, C]`.
+pub fn gated<B: Backend>(
+    x: Tensor<B, 3>,
+    gate: Tensor<B, 2>,
+    branch: Tensor<B, 3>,
+) -> Tensor<B, 3> {
+    x + branch * gate.unsqueeze_dim::<3>(1)
+}
