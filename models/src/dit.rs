@@ -7,7 +7,7 @@
 //! output layer, so a fresh model is the identity in every block and predicts zero velocity.
 
 use crate::dit_block::{ADA_NORM_EPS, DitBlock, DitBlockConfig};
-use crate::flow::{FlowBatch, mse, noised};
+use crate::flow::{FlowBatch, Velocity, mse, noised};
 use crate::modulate::{layer_norm_plain, modulate};
 use crate::output::LossOutput;
 use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
@@ -156,5 +156,15 @@ impl<B: Backend> InferenceStep for Dit<B> {
             loss: self.flow_loss(batch),
             count,
         }
+    }
+}
+
+impl<B: Backend> Velocity<B, 4> for Dit<B> {
+    fn velocity(&self, x: Tensor<B, 4>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>) -> Tensor<B, 4> {
+        self.forward(x, t * 1000.0, labels)
+    }
+
+    fn null_label(&self) -> i64 {
+        self.config.classes as i64
     }
 }

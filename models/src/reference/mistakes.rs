@@ -15,6 +15,16 @@
 //! | embedding backward assigns, not adds  | embedding (1e-9)     | 0.699            | 7.0e8  |
 //! | softmax-xent summed, not averaged     | softmax_xent (1e-6)  | 3.00 (n − 1)     | 3.0e6  |
 //! | GELU derivative missing its 3         | gelu (1e-6)          | 0.0196           | 2.0e4  |
+//! | adaLN without the `1 +` on scale      | modulate (1e-6)      | 0.702            | 7.0e5  |
+//! | gate on the residual, not the branch  | gated_residual (1e-9)| 2.32             | 2.3e9  |
+//! | RoPE backward by +angle, not −angle   | rope (1e-9)          | 1.56             | 1.6e9  |
+//! | unpatchify in conv `(c, i, j)` order  | patch, exact (0)     | 1.51, 48/64 px   | exact  |
+//!
+//! The unpatchify mistake is a permutation, not a wrong factor: no gradient check is needed, and
+//! none would help (its backward pass would be the matching wrong permutation, consistent with
+//! it). It is caught by comparing with diffusers' `nhwpqc → nchpwq` written out index by index,
+//! an exact comparison the correct version passes with 0 pixels misplaced (C = 2; for C = 1 the
+//! two orders coincide and the mistake is invisible, which is why the check uses two channels).
 //!
 //! The GELU mistake is the quietest: `3·0.044715·x²` against `0.044715·x²` matters only where
 //! the gate is still opening (|x| ≈ 1–2), and even there it costs only 2% of the largest
@@ -24,7 +34,8 @@ use super::attention::{self, AttentionCache, AttentionGrads, AttentionParams, bl
 use super::embedding;
 use super::gelu::{self, CUBIC, GeluCache, SQRT_2_OVER_PI};
 use super::layer_norm::{self, LayerNormCache, LayerNormGrads};
-use super::{Mat, linear, softmax_xent};
+use super::modulate::{self, GatedGrads, ModulateCache};
+use super::{Mat, linear, patch, rope, softmax_xent};
 use crate::testing::{numerical_grad, randn, worst_rel};
 
 /// Requires `worst ≥ 100·tol` and prints the margin.
@@ -241,4 +252,84 @@ fn gelu_missing_its_three_is_caught() {
         Mat::new(dy.rows, dy.cols, dx)
     });
     caught("GELU derivative missing its 3", w, gelu::tests::TOL);
+}
+
+#[test]
+fn adaln_without_one_plus_scale_is_caught() {
+    let w = modulate::tests::worst_modulate(|cache: &ModulateCache, dy: &Mat| {
+        let mut g = modulate::modulate_backward(cache, dy);
+        // The blame on x̂ taken as dy·scale, not dy·(1 + scale).
+        let mut dxhat = Mat::zeros(dy.rows, dy.cols);
+        for r in 0..dy.rows {
+            for j in 0..dy.cols {
+                *dxhat.at_mut(r, j) = dy.at(r, j) * cache.scale.at(r / cache.n, j);
+            }
+        }
+        g.dx = layer_norm::backward(&cache.norm, &vec![1.0; dy.cols], &dxhat).dx;
+        g
+    });
+    caught("adaLN without the 1 + on scale", w, modulate::tests::TOL);
+}
+
+#[test]
+fn gate_on_the_residual_is_caught() {
+    // The backward pass of y = gate ⊙ x + branch, run where the layer is x + gate ⊙ branch.
+    let w = modulate::tests::worst_gated(|x: &Mat, gate: &Mat, _branch: &Mat, dy: &Mat| {
+        let n = modulate::tests::N;
+        let mut dx = Mat::zeros(dy.rows, dy.cols);
+        let mut dgate = Mat::zeros(gate.rows, gate.cols);
+        for r in 0..dy.rows {
+            for j in 0..dy.cols {
+                *dx.at_mut(r, j) = gate.at(r / n, j) * dy.at(r, j);
+                *dgate.at_mut(r / n, j) += x.at(r, j) * dy.at(r, j);
+            }
+        }
+        GatedGrads {
+            dx,
+            dgate,
+            dbranch: dy.clone(),
+        }
+    });
+    caught(
+        "gate applied to the residual, not the branch",
+        w,
+        modulate::tests::GATE_TOL,
+    );
+}
+
+#[test]
+fn unpatchify_in_conv_order_is_caught() {
+    // Reading each token as (c, i, j), the order patchify writes, instead of diffusers' (i, j, c).
+    let (count, w) = patch::tests::misplaced(|t, batch, channels, height, width, p| {
+        let (h, wd) = (height / p, width / p);
+        let mut out = vec![0.0; batch * channels * height * width];
+        for b in 0..batch {
+            for c in 0..channels {
+                for y in 0..height {
+                    for x in 0..width {
+                        let row = b * h * wd + (y / p) * wd + x / p;
+                        let col = c * p * p + (y % p) * p + x % p;
+                        out[((b * channels + c) * height + y) * width + x] = t.at(row, col);
+                    }
+                }
+            }
+        }
+        out
+    });
+    // The check is exact (a permutation does no arithmetic; the correct unpatchify differs from
+    // diffusers' einsum in 0 pixels), so any misplaced pixel is caught; the margin is reported
+    // against the smallest relative difference a single wrong pixel could show here, 1 ulp.
+    println!(
+        "mistake 'unpatchify in (c, i, j) order': {count} of 64 pixels misplaced, \
+         worst relative difference {w:.2e}, exact check (tolerance 0), {:.1e} ulps",
+        w / f64::EPSILON
+    );
+    assert!(count > 0 && w >= 100.0 * f64::EPSILON, "slipped through");
+}
+
+#[test]
+fn rope_backward_by_plus_angle_is_caught() {
+    // The forward rotation used as its own backward pass.
+    let w = rope::tests::worst(rope::forward);
+    caught("RoPE backward rotating by +angle", w, rope::tests::TOL);
 }

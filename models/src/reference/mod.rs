@@ -8,18 +8,33 @@
 
 pub mod adamw;
 pub mod attention;
+pub mod attention_qkv;
 pub mod block;
+pub mod dit_block;
+pub mod dit_final;
 pub mod embedding;
+pub mod flow;
 pub mod gelu;
 pub mod gpt;
+pub mod grouped_attention;
+pub mod labels;
 pub mod layer_norm;
 pub mod linear;
 pub mod matrix;
 #[cfg(test)]
 mod mistakes;
 pub mod mlp;
+pub mod modulate;
+pub mod muon;
+pub mod patch;
+pub mod qk_norm;
 pub mod relu;
 pub mod rms_norm;
+pub mod rope;
+pub mod silu;
+pub mod softcap;
 pub mod softmax_xent;
+pub mod swiglu;
+pub mod timestep;
 
 pub use matrix::Mat;
