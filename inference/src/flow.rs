@@ -38,9 +38,16 @@ pub fn sample<B: Backend, const D: usize, M: Velocity<B, D>>(
     let null = Tensor::<B, 2, Int>::full([b, l], model.null_label(), &labels.device());
     let both = Tensor::cat(vec![labels, null], 0);
     euler(x1, steps, |x, t| {
-        let v = model.velocity(Tensor::cat(vec![x.clone(), x], 0), Tensor::cat(vec![t.clone(), t], 0), both.clone());
+        let v = model.velocity(
+            Tensor::cat(vec![x.clone(), x], 0),
+            Tensor::cat(vec![t.clone(), t], 0),
+            both.clone(),
+        );
         let mut halves = v.chunk(2, 0).into_iter();
-        let (vc, vu) = (halves.next().expect("conditional"), halves.next().expect("unconditional"));
+        let (vc, vu) = (
+            halves.next().expect("conditional"),
+            halves.next().expect("unconditional"),
+        );
         vu.clone() + (vc - vu) * guidance
     })
 }
@@ -81,12 +88,20 @@ mod tests {
             (x - (-a).exp()).abs()
         };
         let (e1, e2) = (err(20), err(40));
-        assert!(e1 > 0.0 && (e1 / e2 - 2.0).abs() < 0.1, "errors {e1:e}, {e2:e}");
+        assert!(
+            e1 > 0.0 && (e1 / e2 - 2.0).abs() < 0.1,
+            "errors {e1:e}, {e2:e}"
+        );
     }
 
     struct Toy;
     impl Velocity<TB, 2> for Toy {
-        fn velocity(&self, x: Tensor<TB, 2>, t: Tensor<TB, 1>, labels: Tensor<TB, 2, Int>) -> Tensor<TB, 2> {
+        fn velocity(
+            &self,
+            x: Tensor<TB, 2>,
+            t: Tensor<TB, 1>,
+            labels: Tensor<TB, 2, Int>,
+        ) -> Tensor<TB, 2> {
             // Depends on the label, so guidance has something to act on.
             x * 0.3 + labels.float() * 0.1 + t.unsqueeze_dim::<2>(1) * 0.2
         }
@@ -106,7 +121,19 @@ mod tests {
             // v_u + 1·(v_c − v_u) differs from v_c by rounding only.
             assert!((g - c).abs() < 1e-12, "{guided:?} vs {conditional:?}");
         }
-        let unguided = vals(sample(&Toy, Tensor::<TB, 2>::from_data([[0.2, -0.4], [1.0, 0.5]], &dev), labels, 10, 0.0));
-        assert!(unguided.iter().zip(&guided).any(|(u, g)| (u - g).abs() > 1e-3), "guidance 0 ignores the label");
+        let unguided = vals(sample(
+            &Toy,
+            Tensor::<TB, 2>::from_data([[0.2, -0.4], [1.0, 0.5]], &dev),
+            labels,
+            10,
+            0.0,
+        ));
+        assert!(
+            unguided
+                .iter()
+                .zip(&guided)
+                .any(|(u, g)| (u - g).abs() > 1e-3),
+            "guidance 0 ignores the label"
+        );
     }
 }

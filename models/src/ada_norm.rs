@@ -5,10 +5,10 @@
 //! The linear map starts at zero, so every gate starts at zero and the block starts as the identity.
 
 use crate::label_embed::{LabelEmbedding, LabelEmbeddingConfig};
+use crate::silu::silu;
 use crate::timestep::{TimestepEmbedding, TimestepEmbeddingConfig};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 
 /// diffusers' `CombinedTimestepLabelEmbeddings`.
 #[derive(Module, Debug)]

@@ -11,9 +11,9 @@ use crate::flow::{FlowBatch, Velocity, mse, noised};
 use crate::modulate::{layer_norm_plain, modulate};
 use crate::output::LossOutput;
 use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
+use crate::silu::silu;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
@@ -107,17 +107,18 @@ impl<B: Backend> Dit<B> {
         }
         // diffusers conditions the output layer on the first block's embedder.
         let cond = self.transformer_blocks[0].norm1.emb.forward(t, labels); // [B, D]
+        unpatchify(self.head(tokens, cond), self.config.patch_size, c, h, w)
+    }
+
+    /// The output layer: norm, shift and scale from the conditioning (shift first, as diffusers
+    /// chunks it), then tokens to patch values. Shapes: `tokens [B, N, D]`, `cond [B, D]` →
+    /// `[B, N, p·p·C]`.
+    pub fn head(&self, tokens: Tensor<B, 3>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
         let d = cond.dims()[1];
         let mut ss = self.proj_out_1.forward(silu(cond)).split(d, 1).into_iter();
         let (shift, scale) = (ss.next().expect("shift"), ss.next().expect("scale"));
         let tokens = modulate(layer_norm_plain(tokens, ADA_NORM_EPS), shift, scale);
-        unpatchify(
-            self.proj_out_2.forward(tokens),
-            self.config.patch_size,
-            c,
-            h,
-            w,
-        )
+        self.proj_out_2.forward(tokens)
     }
 
     /// The flow-matching loss of a batch.
@@ -160,7 +161,12 @@ impl<B: Backend> InferenceStep for Dit<B> {
 }
 
 impl<B: Backend> Velocity<B, 4> for Dit<B> {
-    fn velocity(&self, x: Tensor<B, 4>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>) -> Tensor<B, 4> {
+    fn velocity(
+        &self,
+        x: Tensor<B, 4>,
+        t: Tensor<B, 1>,
+        labels: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 4> {
         self.forward(x, t * 1000.0, labels)
     }
 

@@ -74,7 +74,18 @@ impl<B: Backend> DitBlock<B> {
         labels: Tensor<B, 2, Int>,
         grouping: Option<Grouping>,
     ) -> Tensor<B, 3> {
-        let m = self.norm1.modulation(self.norm1.emb.forward(t, labels));
+        self.forward_conditioned(x, self.norm1.emb.forward(t, labels), grouping)
+    }
+
+    /// The block given its conditioning vector directly. Shapes: `x [B, N, D]`,
+    /// `conditioning [B, D]` → `[B, N, D]`.
+    pub fn forward_conditioned(
+        &self,
+        x: Tensor<B, 3>,
+        conditioning: Tensor<B, 2>,
+        grouping: Option<Grouping>,
+    ) -> Tensor<B, 3> {
+        let m = self.norm1.modulation(conditioning);
         let h = modulate(
             layer_norm_plain(x.clone(), ADA_NORM_EPS),
             m.shift_msa,

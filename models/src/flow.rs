@@ -65,7 +65,8 @@ mod tests {
 /// A model that predicts the flow-matching velocity: what the sampler needs.
 pub trait Velocity<B: Backend, const D: usize> {
     /// Shapes: `x [B, ..]`, `t [B]` in 0..1 (1 = noise), `labels [B, L]` → velocity like `x`.
-    fn velocity(&self, x: Tensor<B, D>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>) -> Tensor<B, D>;
+    fn velocity(&self, x: Tensor<B, D>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>)
+    -> Tensor<B, D>;
 
     /// The label id meaning "no label".
     fn null_label(&self) -> i64;

@@ -23,6 +23,7 @@ pub mod output;
 pub mod patch_embed;
 pub mod reference;
 pub mod regroup;
+pub mod silu;
 pub mod timestep;
 
 #[cfg(test)]

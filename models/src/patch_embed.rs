@@ -40,7 +40,7 @@ pub fn unpatchify<B: Backend>(
 /// token `(row, col)` gets `[sincos(col), sincos(row)]`, each half `D/2` wide, and
 /// `sincos(pos) = [sin(pos·ω_k)…, cos(pos·ω_k)…]` with `ω_k = 10000^(−k/(D/4))`. (The first half is
 /// the column because numpy's meshgrid puts `x` first.)
-pub fn sincos_2d(d: usize, gh: usize, gw: usize) -> Vec<f32> {
+pub fn sincos_2d(d: usize, gh: usize, gw: usize) -> Vec<f64> {
     let quarter = d / 4;
     let omega: Vec<f64> = (0..quarter)
         .map(|k| 1.0 / 10_000f64.powf(k as f64 / quarter as f64))
@@ -49,8 +49,8 @@ pub fn sincos_2d(d: usize, gh: usize, gw: usize) -> Vec<f32> {
     for row in 0..gh {
         for col in 0..gw {
             for pos in [col as f64, row as f64] {
-                out.extend(omega.iter().map(|w| (pos * w).sin() as f32));
-                out.extend(omega.iter().map(|w| (pos * w).cos() as f32));
+                out.extend(omega.iter().map(|w| (pos * w).sin()));
+                out.extend(omega.iter().map(|w| (pos * w).cos()));
             }
         }
     }
@@ -94,6 +94,11 @@ impl<B: Backend> PatchEmbed<B> {
         let tokens = self.proj.forward(patchify(x, self.patch));
         let [_, n, d] = tokens.dims();
         let pos = sincos_2d(d, h / self.patch, w / self.patch);
-        tokens + Tensor::<B, 2>::from_data(TensorData::new(pos, [n, d]), &device).unsqueeze::<3>()
+        tokens
+            + Tensor::<B, 2>::from_data(
+                TensorData::new(pos, [n, d]).convert::<B::FloatElem>(),
+                &device,
+            )
+            .unsqueeze::<3>()
     }
 }

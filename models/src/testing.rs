@@ -31,9 +31,15 @@ pub fn f32_exact(v: Vec<f64>) -> Vec<f64> {
     v.into_iter().map(|x| x as f32 as f64).collect()
 }
 
-/// Replaces the named parameters of a Burn module (by Burn path) with the given values.
+/// Replaces the named parameters of a Burn module (by Burn path) with the given values; the
+/// others keep their values. A name the module does not have is an error.
 pub fn load<M: burn::module::Module<AB>>(module: M, tensors: &[(&str, &[usize], &[f64])]) -> M {
-    let map = tensors
+    let mut map: std::collections::HashMap<String, crate::checkpoint::NamedTensor> =
+        crate::named::export(&module)
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+    let given: Vec<(String, crate::checkpoint::NamedTensor)> = tensors
         .iter()
         .map(|(name, shape, data)| {
             assert!(
@@ -48,6 +54,13 @@ pub fn load<M: burn::module::Module<AB>>(module: M, tensors: &[(&str, &[usize], 
             (name.to_string(), t)
         })
         .collect();
+    for (name, t) in given {
+        assert!(
+            map.contains_key(&name),
+            "the module has no parameter {name}"
+        );
+        map.insert(name, t);
+    }
     crate::named::import(module, map, std::path::Path::new("test")).unwrap()
 }
 

@@ -6,9 +6,9 @@
 //! formula is used because diffusers' checkpoints are the contract. Timesteps arrive on diffusers'
 //! 0..1000 scale.
 
+use crate::silu::silu;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 
 /// Channels of the sinusoid.
 pub const FREQUENCY_CHANNELS: usize = 256;
@@ -16,11 +16,14 @@ pub const FREQUENCY_CHANNELS: usize = 256;
 /// Shapes: `t [B]` (0..1000) → `[B, channels]`, `[cos(t·f_k)…, sin(t·f_k)…]`.
 pub fn sinusoid<B: Backend>(t: Tensor<B, 1>, channels: usize, freq_shift: f64) -> Tensor<B, 2> {
     let half = channels / 2;
-    let freqs: Vec<f32> = (0..half)
-        .map(|k| (-(10_000f64.ln()) * k as f64 / (half as f64 - freq_shift)).exp() as f32)
+    let freqs: Vec<f64> = (0..half)
+        .map(|k| (-(10_000f64.ln()) * k as f64 / (half as f64 - freq_shift)).exp())
         .collect();
-    let freqs =
-        Tensor::<B, 1>::from_data(TensorData::new(freqs, [half]), &t.device()).unsqueeze::<2>(); // [1, half]
+    let freqs = Tensor::<B, 1>::from_data(
+        TensorData::new(freqs, [half]).convert::<B::FloatElem>(),
+        &t.device(),
+    )
+    .unsqueeze::<2>(); // [1, half]
     let args = t.unsqueeze_dim::<2>(1) * freqs; // [B, half]
     Tensor::cat(vec![args.clone().cos(), args.sin()], 1)
 }

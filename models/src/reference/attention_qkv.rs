@@ -285,3 +285,110 @@ pub(crate) mod tests {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, f32_exact, randn};
+
+    pub(crate) fn exact_params(d: usize, seed: u64) -> AttentionQkvParams {
+        let m = |s: u64| Mat::new(d, d, f32_exact(randn(s, d * d, 0.5)));
+        let v = |s: u64| f32_exact(randn(s, d, 0.5));
+        AttentionQkvParams {
+            to_q_w: m(seed),
+            to_q_b: v(seed + 1),
+            to_k_w: m(seed + 2),
+            to_k_b: v(seed + 3),
+            to_v_w: m(seed + 4),
+            to_v_b: v(seed + 5),
+            to_out_w: m(seed + 6),
+            to_out_b: v(seed + 7),
+        }
+    }
+
+    /// The parameters under their Burn paths, with `prefix`.
+    pub(crate) fn named(
+        p: &AttentionQkvParams,
+        prefix: &str,
+    ) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+        let d = p.to_q_b.len();
+        let mut out = Vec::new();
+        for (name, w, b) in [
+            ("to_q", &p.to_q_w, &p.to_q_b),
+            ("to_k", &p.to_k_w, &p.to_k_b),
+            ("to_v", &p.to_v_w, &p.to_v_b),
+            ("to_out", &p.to_out_w, &p.to_out_b),
+        ] {
+            out.push((format!("{prefix}{name}.weight"), vec![d, d], w.data.clone()));
+            out.push((format!("{prefix}{name}.bias"), vec![d], b.clone()));
+        }
+        out
+    }
+
+    /// The reference gradients under the same paths.
+    pub(crate) fn named_grads(g: &AttentionQkvGrads, prefix: &str) -> Vec<(String, Vec<f64>)> {
+        vec![
+            (format!("{prefix}to_q.weight"), g.to_q_w.data.clone()),
+            (format!("{prefix}to_q.bias"), g.to_q_b.clone()),
+            (format!("{prefix}to_k.weight"), g.to_k_w.data.clone()),
+            (format!("{prefix}to_k.bias"), g.to_k_b.clone()),
+            (format!("{prefix}to_v.weight"), g.to_v_w.data.clone()),
+            (format!("{prefix}to_v.bias"), g.to_v_b.clone()),
+            (format!("{prefix}to_out.weight"), g.to_out_w.data.clone()),
+            (format!("{prefix}to_out.bias"), g.to_out_b.clone()),
+        ]
+    }
+
+    /// Compares named gradients; the key bias's true gradient is exactly zero, so it is checked
+    /// to be negligible rather than compared relatively.
+    pub(crate) fn compare(
+        got: &std::collections::HashMap<String, Vec<f64>>,
+        want: &[(String, Vec<f64>)],
+        tol: f64,
+    ) {
+        for (name, w) in want {
+            let g = &got[name];
+            if name.ends_with("to_k.bias") {
+                let q = &got[&name.replace("to_k.bias", "to_q.bias")];
+                let scale = q.iter().fold(0f64, |m, v| m.max(v.abs())).max(1.0);
+                assert!(
+                    g.iter().chain(w).all(|v| v.abs() < 1e-11 * scale),
+                    "{name}: key bias gradient"
+                );
+            } else {
+                assert_close(name, g, w, tol);
+            }
+        }
+    }
+
+    pub(crate) fn refs(named: &[(String, Vec<usize>, Vec<f64>)]) -> Vec<(&str, &[usize], &[f64])> {
+        named
+            .iter()
+            .map(|(n, s, d)| (n.as_str(), &s[..], &d[..]))
+            .collect()
+    }
+
+    #[test]
+    fn attention_qkv_matches_burn_autodiff() {
+        use crate::testing::{grads_by_path, load, tensor, to_vec};
+        let (b, l, d, h) = (2, 5, 8, 2);
+        let p = exact_params(d, 431);
+        let x = Mat::new(b * l, d, f32_exact(randn(439, b * l * d, 3.0)));
+        let dy = Mat::new(b * l, d, randn(440, b * l * d, 1.0));
+        let named = named(&p, "");
+        let m = load(
+            crate::dit_attention::DitAttentionConfig::new(d, h).init::<AB>(&Default::default()),
+            &refs(&named),
+        );
+        let xt = tensor::<AB, 3>(x.data.clone(), [b, l, d]).require_grad();
+        let y = m.forward(xt.clone());
+        let (want, cache) = forward(&x, &p, b, l, h);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, l, d]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &p, &dy);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-12);
+        compare(&grads_by_path(&m, &grads), &named_grads(&g, ""), 1e-11);
+    }
+}

@@ -354,3 +354,77 @@ mod tests {
         assert!(gate_cols(GATE_MLP).all(|(r, j)| g.norm1_linear_w.at(r, j) != 0.0));
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::reference::attention_qkv::burn_parity::{
+        compare, exact_params, named as attn_named, named_grads as attn_grads, refs,
+    };
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+
+    #[test]
+    fn dit_block_matches_burn_autodiff() {
+        let (b, n, d, h) = (2, 4, 8, 2);
+        let m = |r: usize, c: usize, s: u64| Mat::new(r, c, f32_exact(randn(s, r * c, 0.5)));
+        let p = DitBlockParams {
+            norm1_linear_w: m(d, 6 * d, 471),
+            norm1_linear_b: f32_exact(randn(472, 6 * d, 0.5)),
+            attn1: exact_params(d, 473),
+            ff_proj_w: m(d, 4 * d, 481),
+            ff_proj_b: f32_exact(randn(482, 4 * d, 0.5)),
+            ff_out_w: m(4 * d, d, 483),
+            ff_out_b: f32_exact(randn(484, d, 0.5)),
+        };
+        let x = Mat::new(b * n, d, f32_exact(randn(485, b * n * d, 3.0)));
+        let c = Mat::new(b, d, f32_exact(randn(486, b * d, 1.5)));
+        let dy = Mat::new(b * n, d, randn(487, b * n * d, 1.0));
+        let mut named = attn_named(&p.attn1, "attn1.");
+        named.push((
+            "norm1.linear.weight".into(),
+            vec![d, 6 * d],
+            p.norm1_linear_w.data.clone(),
+        ));
+        named.push((
+            "norm1.linear.bias".into(),
+            vec![6 * d],
+            p.norm1_linear_b.clone(),
+        ));
+        named.push((
+            "ff.c_fc.weight".into(),
+            vec![d, 4 * d],
+            p.ff_proj_w.data.clone(),
+        ));
+        named.push(("ff.c_fc.bias".into(), vec![4 * d], p.ff_proj_b.clone()));
+        named.push((
+            "ff.c_proj.weight".into(),
+            vec![4 * d, d],
+            p.ff_out_w.data.clone(),
+        ));
+        named.push(("ff.c_proj.bias".into(), vec![d], p.ff_out_b.clone()));
+        let block = load(
+            crate::dit_block::DitBlockConfig::new(d, h, 10).init::<AB>(&Default::default()),
+            &refs(&named),
+        );
+        let xt = tensor::<AB, 3>(x.data.clone(), [b, n, d]).require_grad();
+        let ct = tensor::<AB, 2>(c.data.clone(), [b, d]).require_grad();
+        let y = block.forward_conditioned(xt.clone(), ct.clone(), None);
+        let (want, cache) = forward(&x, &c, &p, b, n, h, ADA_NORM_EPS, NORM_EPS);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, n, d]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &p, &dy);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-11);
+        assert_close("dc", &to_vec(ct.grad(&grads).unwrap()), &g.dc.data, 1e-11);
+        let got = grads_by_path(&block, &grads);
+        let mut want = attn_grads(&g.attn1, "attn1.");
+        want.push(("norm1.linear.weight".into(), g.norm1_linear_w.data.clone()));
+        want.push(("norm1.linear.bias".into(), g.norm1_linear_b.clone()));
+        want.push(("ff.c_fc.weight".into(), g.ff_proj_w.data.clone()));
+        want.push(("ff.c_fc.bias".into(), g.ff_proj_b.clone()));
+        want.push(("ff.c_proj.weight".into(), g.ff_out_w.data.clone()));
+        want.push(("ff.c_proj.bias".into(), g.ff_out_b.clone()));
+        compare(&got, &want, 1e-10);
+    }
+}

@@ -200,3 +200,78 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::dit::DitConfig;
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+
+    #[test]
+    fn dit_output_layer_matches_burn_autodiff() {
+        let (b, n, heads, hd, p_sz, ch) = (2, 4, 2, 4, 2, 1);
+        let d = heads * hd;
+        let out = p_sz * p_sz * ch;
+        let m = |r: usize, c: usize, s: u64| Mat::new(r, c, f32_exact(randn(s, r * c, 0.5)));
+        let p = DitFinalParams {
+            proj_out_1_w: m(d, 2 * d, 491),
+            proj_out_1_b: f32_exact(randn(492, 2 * d, 0.5)),
+            proj_out_2_w: m(d, out, 493),
+            proj_out_2_b: f32_exact(randn(494, out, 0.5)),
+        };
+        let model = load(
+            DitConfig::new()
+                .with_sample_size(4)
+                .with_patch_size(p_sz)
+                .with_num_layers(1)
+                .with_num_attention_heads(heads)
+                .with_attention_head_dim(hd)
+                .init::<AB>(&Default::default()),
+            &[
+                ("proj_out_1.weight", &[d, 2 * d], &p.proj_out_1_w.data),
+                ("proj_out_1.bias", &[2 * d], &p.proj_out_1_b),
+                ("proj_out_2.weight", &[d, out], &p.proj_out_2_w.data),
+                ("proj_out_2.bias", &[out], &p.proj_out_2_b),
+            ],
+        );
+        let x = Mat::new(b * n, d, f32_exact(randn(495, b * n * d, 3.0)));
+        let c = Mat::new(b, d, f32_exact(randn(496, b * d, 1.5)));
+        let dy = Mat::new(b * n, out, randn(497, b * n * out, 1.0));
+        let xt = tensor::<AB, 3>(x.data.clone(), [b, n, d]).require_grad();
+        let ct = tensor::<AB, 2>(c.data.clone(), [b, d]).require_grad();
+        let y = model.head(xt.clone(), ct.clone());
+        let (want, cache) = forward(&x, &c, &p, n, NORM_OUT_EPS);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, n, out]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &p, &dy);
+        let got = grads_by_path(&model, &grads);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-11);
+        assert_close("dc", &to_vec(ct.grad(&grads).unwrap()), &g.dc.data, 1e-11);
+        assert_close(
+            "proj_out_1.weight",
+            &got["proj_out_1.weight"],
+            &g.proj_out_1_w.data,
+            1e-11,
+        );
+        assert_close(
+            "proj_out_1.bias",
+            &got["proj_out_1.bias"],
+            &g.proj_out_1_b,
+            1e-11,
+        );
+        assert_close(
+            "proj_out_2.weight",
+            &got["proj_out_2.weight"],
+            &g.proj_out_2_w.data,
+            1e-11,
+        );
+        assert_close(
+            "proj_out_2.bias",
+            &got["proj_out_2.bias"],
+            &g.proj_out_2_b,
+            1e-11,
+        );
+    }
+}

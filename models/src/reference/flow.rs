@@ -177,3 +177,37 @@ mod tests {
         assert_eq!(g3, vec![4.0]);
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, randn, tensor, to_vec};
+
+    #[test]
+    fn flow_loss_matches_burn_autodiff() {
+        let (b, n) = (3, 5);
+        let x = randn(511, b * n, 1.0);
+        let eps = randn(512, b * n, 1.0);
+        let t = vec![0.1, 0.5, 0.93];
+        let pred = randn(513, b * n, 1.0);
+        let xt = interpolate(&x, &eps, &t);
+        let v = target_velocity(&x, &eps);
+        let (bx, be) = (
+            tensor::<AB, 2>(x.clone(), [b, n]),
+            tensor::<AB, 2>(eps.clone(), [b, n]),
+        );
+        let (burn_xt, burn_v) = crate::flow::noised(bx, be, tensor::<AB, 1>(t, [b]));
+        assert_close("x_t", &to_vec(burn_xt), &xt, 1e-15);
+        assert_close("v", &to_vec(burn_v.clone()), &v, 1e-15);
+        let pt = tensor::<AB, 2>(pred.clone(), [b, n]).require_grad();
+        let l = crate::flow::mse(pt.clone(), burn_v);
+        assert!((l.clone().into_scalar() - loss(&pred, &v)).abs() < 1e-14);
+        let grads = l.backward();
+        assert_close(
+            "dpred",
+            &to_vec(pt.grad(&grads).unwrap()),
+            &loss_backward(&pred, &v),
+            1e-14,
+        );
+    }
+}

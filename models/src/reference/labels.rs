@@ -123,3 +123,47 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::label_embed::LabelEmbeddingConfig;
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+    use burn::prelude::*;
+
+    #[test]
+    fn summed_labels_match_burn_autodiff() {
+        let (classes, d) = (10, 6);
+        let table = Mat::new(
+            classes + 1,
+            d,
+            f32_exact(randn(501, (classes + 1) * d, 2.0)),
+        );
+        let (a, b) = ([3usize, 7, 2], [7usize, 3, 2]);
+        let m = load(
+            LabelEmbeddingConfig::new(classes, d).init::<AB>(&Default::default()),
+            &[("embedding_table.weight", &[classes + 1, d], &table.data)],
+        );
+        let ids: Vec<i64> = a
+            .iter()
+            .zip(&b)
+            .flat_map(|(x, y)| [*x as i64, *y as i64])
+            .collect();
+        let y = m.forward(Tensor::<AB, 2, Int>::from_data(
+            TensorData::new(ids, [3, 2]),
+            &Default::default(),
+        ));
+        let want = forward(&table, &a, &b);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-15);
+        let dy = Mat::new(3, d, randn(502, 3 * d, 1.0));
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [3, d]))
+            .sum()
+            .backward();
+        assert_close(
+            "table",
+            &grads_by_path(&m, &grads)["embedding_table.weight"],
+            &backward(&a, &b, &dy, classes + 1).data,
+            1e-15,
+        );
+    }
+}

@@ -264,3 +264,80 @@ pub(crate) mod tests {
         assert_eq!(g.dx, dy);
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, randn, tensor, to_vec};
+
+    #[test]
+    fn modulate_and_gated_residual_match_burn_autodiff() {
+        let (b, n, d) = (2, 3, 8);
+        let x = Mat::new(b * n, d, randn(421, b * n * d, 3.0));
+        let shift = Mat::new(b, d, randn(422, b * d, 0.7));
+        let scale = Mat::new(b, d, randn(423, b * d, 0.7));
+        let dy = Mat::new(b * n, d, randn(424, b * n * d, 1.0));
+        let xt = tensor::<AB, 3>(x.data.clone(), [b, n, d]).require_grad();
+        let st = tensor::<AB, 2>(shift.data.clone(), [b, d]).require_grad();
+        let ct = tensor::<AB, 2>(scale.data.clone(), [b, d]).require_grad();
+        let y = crate::modulate::modulate(
+            crate::modulate::layer_norm_plain(xt.clone(), 1e-6),
+            st.clone(),
+            ct.clone(),
+        );
+        let (want, cache) = modulate(&x, &shift, &scale, n, 1e-6);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, n, d]))
+            .sum()
+            .backward();
+        let g = modulate_backward(&cache, &dy);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-11);
+        assert_close(
+            "dshift",
+            &to_vec(st.grad(&grads).unwrap()),
+            &g.dshift.data,
+            1e-11,
+        );
+        assert_close(
+            "dscale",
+            &to_vec(ct.grad(&grads).unwrap()),
+            &g.dscale.data,
+            1e-11,
+        );
+
+        let gate = Mat::new(b, d, randn(425, b * d, 0.7));
+        let branch = Mat::new(b * n, d, randn(426, b * n * d, 2.0));
+        let xt = tensor::<AB, 3>(x.data.clone(), [b, n, d]).require_grad();
+        let gt = tensor::<AB, 2>(gate.data.clone(), [b, d]).require_grad();
+        let bt = tensor::<AB, 3>(branch.data.clone(), [b, n, d]).require_grad();
+        let y = crate::modulate::gated(xt.clone(), gt.clone(), bt.clone());
+        assert_close(
+            "gated",
+            &to_vec(y.clone()),
+            &gated_residual(&x, &gate, &branch, n).data,
+            1e-15,
+        );
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, n, d]))
+            .sum()
+            .backward();
+        let g = gated_residual_backward(&gate, &branch, &dy, n);
+        assert_close(
+            "gated dx",
+            &to_vec(xt.grad(&grads).unwrap()),
+            &g.dx.data,
+            1e-15,
+        );
+        assert_close(
+            "dgate",
+            &to_vec(gt.grad(&grads).unwrap()),
+            &g.dgate.data,
+            1e-13,
+        );
+        assert_close(
+            "dbranch",
+            &to_vec(bt.grad(&grads).unwrap()),
+            &g.dbranch.data,
+            1e-15,
+        );
+    }
+}

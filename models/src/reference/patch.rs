@@ -340,3 +340,48 @@ pub(crate) mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, randn, tensor, to_vec};
+
+    #[test]
+    fn patchify_and_unpatchify_match_burn_and_their_gradients() {
+        let (b, c, h, w, p) = (2, 2, 4, 6, 2);
+        let x = randn(401, b * c * h * w, 3.0);
+        let xt = tensor::<AB, 4>(x.clone(), [b, c, h, w]).require_grad();
+        let y = crate::patch_embed::patchify(xt.clone(), p);
+        let want = patchify(&x, b, c, h, w, p);
+        // Permutations: nothing to round, so nothing may differ.
+        assert_close("patchify", &to_vec(y.clone()), &want.data, 0.0);
+        let dy = randn(402, want.data.len(), 1.0);
+        let grads = (y * tensor::<AB, 3>(dy.clone(), [b, want.rows / b, want.cols]))
+            .sum()
+            .backward();
+        let dy_mat = Mat::new(want.rows, want.cols, dy);
+        assert_close(
+            "patchify dx",
+            &to_vec(xt.grad(&grads).unwrap()),
+            &patchify_backward(&dy_mat, b, c, h, w, p),
+            0.0,
+        );
+
+        let n = (h / p) * (w / p);
+        let tokens = randn(403, b * n * p * p * c, 3.0);
+        let tt = tensor::<AB, 3>(tokens.clone(), [b, n, p * p * c]).require_grad();
+        let img = crate::patch_embed::unpatchify(tt.clone(), p, c, h, w);
+        let want = unpatchify(&Mat::new(b * n, p * p * c, tokens), b, c, h, w, p);
+        assert_close("unpatchify", &to_vec(img.clone()), &want, 0.0);
+        let dimg = randn(404, want.len(), 1.0);
+        let grads = (img * tensor::<AB, 4>(dimg.clone(), [b, c, h, w]))
+            .sum()
+            .backward();
+        assert_close(
+            "unpatchify dx",
+            &to_vec(tt.grad(&grads).unwrap()),
+            &unpatchify_backward(&dimg, b, c, h, w, p).data,
+            0.0,
+        );
+    }
+}

@@ -232,3 +232,62 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+    use crate::timestep::TimestepEmbeddingConfig;
+
+    #[test]
+    fn timestep_embedding_matches_burn_autodiff() {
+        let (b, d) = (3, 8);
+        let t = vec![0.0, 417.25, 999.0];
+        let p = TimestepEmbeddingParams {
+            linear_1_w: Mat::new(
+                FREQ_CHANNELS,
+                d,
+                f32_exact(randn(411, FREQ_CHANNELS * d, 0.3)),
+            ),
+            linear_1_b: f32_exact(randn(412, d, 0.5)),
+            linear_2_w: Mat::new(d, d, f32_exact(randn(413, d * d, 0.5))),
+            linear_2_b: f32_exact(randn(414, d, 0.5)),
+        };
+        let m = load(
+            TimestepEmbeddingConfig::new(d).init::<AB>(&Default::default()),
+            &[
+                ("linear_1.weight", &[FREQ_CHANNELS, d], &p.linear_1_w.data),
+                ("linear_1.bias", &[d], &p.linear_1_b),
+                ("linear_2.weight", &[d, d], &p.linear_2_w.data),
+                ("linear_2.bias", &[d], &p.linear_2_b),
+            ],
+        );
+        let s = sinusoid(&t, FREQ_CHANNELS, DIFFUSERS_SHIFT);
+        let burn_s = crate::timestep::sinusoid(tensor::<AB, 1>(t.clone(), [b]), FREQ_CHANNELS, 1.0);
+        // Same formula in f64 on both sides; the arguments reach 1000 so rounding is ~1e-13.
+        assert_close("sinusoid", &to_vec(burn_s), &s.data, 1e-12);
+        let y = m.forward(tensor::<AB, 1>(t, [b]));
+        let (want, cache) = forward(&s, &p);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let dy = Mat::new(b, d, randn(415, b * d, 1.0));
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [b, d]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &p, &dy);
+        let got = grads_by_path(&m, &grads);
+        assert_close(
+            "linear_1.weight",
+            &got["linear_1.weight"],
+            &g.linear_1_w.data,
+            1e-11,
+        );
+        assert_close("linear_1.bias", &got["linear_1.bias"], &g.linear_1_b, 1e-11);
+        assert_close(
+            "linear_2.weight",
+            &got["linear_2.weight"],
+            &g.linear_2_w.data,
+            1e-11,
+        );
+        assert_close("linear_2.bias", &got["linear_2.bias"], &g.linear_2_b, 1e-11);
+    }
+}
