@@ -3,9 +3,9 @@
 //! GELU is the tanh approximation GPT-2 was trained with (`gelu_new` in transformers): a smooth
 //! curve, which also makes numerical gradient checks tight where ReLU's kink would blur them.
 
+use crate::gelu::gelu_tanh;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::gelu_approximate;
 
 #[derive(Config, Debug)]
 pub struct FeedForwardConfig {
@@ -46,6 +46,6 @@ pub struct FeedForward<B: Backend> {
 impl<B: Backend> FeedForward<B> {
     /// Shapes: `[B, T, C]` → `[B, T, C]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.c_proj.forward(gelu_approximate(self.c_fc.forward(x)))
+        self.c_proj.forward(gelu_tanh(self.c_fc.forward(x)))
     }
 }

@@ -13,6 +13,7 @@ pub mod dit_attention;
 pub mod dit_block;
 pub mod feed_forward;
 pub mod flow;
+pub mod gelu;
 pub mod gpt;
 pub mod gpt2;
 pub mod label_embed;

@@ -14,7 +14,7 @@ use crate::optim::OptimizerSpec;
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
-use crate::strategy::{EpochHook, EpochInfo, Score, Scored};
+use crate::strategy::{EpochHook, EpochInfo, Score};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
@@ -25,24 +25,12 @@ use nervus_inference::generate::{SampleOptions, generate};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
 use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
 use nervus_models::gpt2;
-use nervus_models::output::LossOutput;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The stream validation windows are drawn from (independent of any run's seed).
 const EVAL_SEED: u64 = 0x5EED_E7A1;
-
-impl<B: Backend> Scored for LossOutput<B> {
-    fn score(&self, _full: bool) -> Score {
-        let loss = self.loss.clone().into_scalar().elem::<f64>();
-        Score {
-            loss_sum: loss * self.count as f64,
-            count: self.count as f64,
-            correct: None,
-        }
-    }
-}
 
 /// A text as token ids, with the point where validation begins.
 #[derive(Clone, Debug)]
@@ -323,29 +311,13 @@ pub fn save_dir<B: Backend>(
     settings: &TrainingSettings,
     dir: &Path,
 ) -> Result<(), CheckpointError> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| CheckpointError::io(parent, e))?;
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    gpt2::save(model, &staging)?;
-    tokenizer
-        .save(&staging.join("tokenizer.json"))
-        .map_err(|e| CheckpointError::format(&staging, e.to_string()))?;
-    write_json(&staging.join("training.json"), settings)?;
-    if dir.exists() {
-        std::fs::rename(dir, &old).map_err(|e| CheckpointError::io(dir, e))?;
-    }
-    std::fs::rename(&staging, dir).map_err(|e| CheckpointError::io(dir, e))?;
-    let _ = std::fs::remove_dir_all(&old);
-    Ok(())
+    crate::checkpoint::replace_dir(dir, |staging| {
+        gpt2::save(model, staging)?;
+        tokenizer
+            .save(&staging.join("tokenizer.json"))
+            .map_err(|e| CheckpointError::format(staging, e.to_string()))?;
+        write_json(&staging.join("training.json"), settings)
+    })
 }
 
 /// Reads a model directory written by [`save_dir`] (or any GPT-2 directory with a character

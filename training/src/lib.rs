@@ -6,6 +6,8 @@
 
 pub mod backend;
 pub mod bench;
+pub mod checkpoint;
+pub mod dit;
 pub mod gpt;
 pub mod loader;
 pub mod mnist;

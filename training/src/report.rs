@@ -33,6 +33,7 @@ pub struct Reporter {
     ui: Ui,
     held: Arc<Mutex<Vec<String>>>,
     log: Option<PathBuf>,
+    mute: bool,
 }
 
 impl Reporter {
@@ -41,12 +42,21 @@ impl Reporter {
             ui,
             held: Arc::default(),
             log,
+            mute: false,
         }
     }
 
     /// Plain output, no log file: for tests and tools.
     pub fn plain() -> Self {
         Self::new(Ui::Plain, None)
+    }
+
+    /// Prints nothing (a sub-run whose progress would only be noise, like training the judge).
+    pub fn silent() -> Self {
+        Self {
+            mute: true,
+            ..Self::new(Ui::Plain, None)
+        }
     }
 
     pub fn ui(&self) -> Ui {
@@ -56,6 +66,9 @@ impl Reporter {
     /// Prints (or holds) one line, and appends it to the log.
     pub fn line(&self, text: impl AsRef<str>) {
         let text = text.as_ref();
+        if self.mute {
+            return;
+        }
         match self.ui {
             Ui::Plain => println!("{text}"),
             Ui::Tui => self.held.lock().expect("reporter").push(text.to_string()),

@@ -256,3 +256,15 @@ where
         (learner.model(), processor)
     }
 }
+
+impl<B: burn::prelude::Backend> Scored for nervus_models::output::LossOutput<B> {
+    fn score(&self, _full: bool) -> Score {
+        use burn::prelude::ElementConversion;
+        let loss = self.loss.clone().into_scalar().elem::<f64>();
+        Score {
+            loss_sum: loss * self.count as f64,
+            count: self.count as f64,
+            correct: None,
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The DiT on the shared path: MNIST digits as flow-matching batches, a validation loss that asks
+//! the same questions every time, and a judge that reads what the model draws.
+//!
+//! Why three measurements. The training loss depends mostly on how noisy each example happened to
+//! be, so validation uses 64 fixed test digits at 8 fixed noise levels with fixed noise. Even that
+//! says nothing about whether the drawings are digits, so at every checkpoint the MNIST classifier
+//! (the judge) reads a 10×10 grid (row = digit asked for, column = one fixed noise image) and the
+//! score is the share read as the digit asked for. It is a crude judge, a model that drew one
+//! perfect 7 a hundred times would score full marks on sevens, but it is a number.
+
+use crate::checkpoint::replace_dir;
+use crate::loader::BatchSource;
+use crate::optim::OptimizerSpec;
+use crate::report::{Reporter, duration};
+use crate::run::{RunConfig, TrainError, fit};
+use crate::schedule::WarmupCosine;
+use crate::strategy::{EpochHook, EpochInfo, Score};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::metric::{LearningRateMetric, LossMetric};
+use nervus_datasets::mnist::{PIXELS, SIDE, Split};
+use nervus_datasets::rng::Rng;
+use nervus_inference::flow::sample;
+use nervus_inference::render::grid_png;
+use nervus_models::checkpoint::{CheckpointError, write_json};
+use nervus_models::diffusers;
+use nervus_models::dit::Dit;
+use nervus_models::flow::FlowBatch;
+use nervus_models::mlp::Mlp;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Streams the fixed questions are drawn from (independent of any run's seed).
+const EVAL_SEED: u64 = 0xD1_7E_A1;
+const GRID_SEED: u64 = 0x6E1D;
+
+/// How noise levels are drawn for training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSampling {
+    /// `t ~ U(0, 1)`.
+    Uniform,
+    /// `t = σ(z)`, `z ~ N(0, 1)` (SD3's logit-normal: more examples at middling noise).
+    LogitNormal,
+}
+
+/// A pixel byte to the model's −1..1.
+pub fn to_model_range(p: u8) -> f32 {
+    p as f32 / 127.5 - 1.0
+}
+
+/// The model's −1..1 back to 0..1 for the judge and for pictures.
+pub fn to_unit(v: f32) -> f32 {
+    ((v + 1.0) / 2.0).clamp(0.0, 1.0)
+}
+
+/// Training batches: random digits, their noise, noise levels and (sometimes dropped) labels;
+/// batch `n` of the run is a function of the seed and `n` alone.
+pub struct DigitSource {
+    split: Arc<Split>,
+    batch: usize,
+    seed: u64,
+    label_dropout: f64,
+    time: TimeSampling,
+    null: i64,
+    epochs: Vec<usize>,
+}
+
+impl DigitSource {
+    pub fn new(
+        split: Arc<Split>,
+        batch: usize,
+        seed: u64,
+        label_dropout: f64,
+        time: TimeSampling,
+        classes: usize,
+        steps: usize,
+        every: usize,
+    ) -> Self {
+        let every = every.clamp(1, steps.max(1));
+        let mut epochs = vec![every; steps / every];
+        if steps % every != 0 {
+            epochs.push(steps % every);
+        }
+        Self {
+            split,
+            batch,
+            seed,
+            label_dropout,
+            time,
+            null: classes as i64,
+            epochs,
+        }
+    }
+
+    pub fn epochs(&self) -> usize {
+        self.epochs.len()
+    }
+}
+
+fn flow_batch<B: Backend>(
+    x: Vec<f32>,
+    noise: Vec<f32>,
+    t: Vec<f32>,
+    labels: Vec<i64>,
+    device: &B::Device,
+) -> FlowBatch<B, 4> {
+    let b = t.len();
+    FlowBatch {
+        x: Tensor::from_data(TensorData::new(x, [b, 1, SIDE, SIDE]), device),
+        noise: Tensor::from_data(TensorData::new(noise, [b, 1, SIDE, SIDE]), device),
+        t: Tensor::from_data(TensorData::new(t, [b]), device),
+        labels: Tensor::from_data(TensorData::new(labels, [b, 1]), device),
+    }
+}
+
+impl<B: Backend> BatchSource<B> for DigitSource {
+    type Batch = FlowBatch<B, 4>;
+
+    fn batches(&self, epoch: usize) -> usize {
+        self.epochs
+            .get(epoch.saturating_sub(1))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.batch
+    }
+
+    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> FlowBatch<B, 4> {
+        let n = self.epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index;
+        let mut rng = Rng::stream(self.seed, n as u64);
+        let (mut x, mut noise, mut t, mut labels) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..self.batch {
+            let i = rng.below(self.split.len());
+            x.extend(self.split.image(i).iter().map(|&p| to_model_range(p)));
+            let dropped = rng.uniform() < self.label_dropout;
+            labels.push(if dropped {
+                self.null
+            } else {
+                self.split.labels[i] as i64
+            });
+            t.push(match self.time {
+                TimeSampling::Uniform => rng.uniform() as f32,
+                TimeSampling::LogitNormal => (1.0 / (1.0 + (-rng.normal()).exp())) as f32,
+            });
+            noise.extend((0..PIXELS).map(|_| rng.normal() as f32));
+        }
+        flow_batch(x, noise, t, labels, device)
+    }
+}
+
+/// The validation questions: `images` test digits at 8 noise levels (1/16, 3/16, … 15/16), with
+/// noise drawn once.
+pub struct FixedNoiseEval {
+    x: Vec<f32>,
+    labels: Vec<i64>,
+    noise: Vec<Vec<f32>>,
+    images: usize,
+}
+
+/// Noise levels validation is measured at.
+pub const EVAL_LEVELS: usize = 8;
+
+impl FixedNoiseEval {
+    pub fn new(test: &Split, images: usize) -> Self {
+        let images = images.min(test.len());
+        let mut rng = Rng::new(EVAL_SEED);
+        // Spread over the split so every digit is represented.
+        let picks: Vec<usize> = (0..images).map(|k| k * test.len() / images).collect();
+        let x = picks
+            .iter()
+            .flat_map(|&i| test.image(i).iter().map(|&p| to_model_range(p)))
+            .collect();
+        let labels = picks.iter().map(|&i| test.labels[i] as i64).collect();
+        let noise = (0..EVAL_LEVELS)
+            .map(|_| (0..images * PIXELS).map(|_| rng.normal() as f32).collect())
+            .collect();
+        Self {
+            x,
+            labels,
+            noise,
+            images,
+        }
+    }
+}
+
+impl<B: Backend> BatchSource<B> for FixedNoiseEval {
+    type Batch = FlowBatch<B, 4>;
+
+    fn batches(&self, _epoch: usize) -> usize {
+        EVAL_LEVELS
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.images
+    }
+
+    fn batch(&self, _epoch: usize, level: usize, device: &B::Device) -> FlowBatch<B, 4> {
+        let t = (2 * level + 1) as f32 / (2 * EVAL_LEVELS) as f32;
+        flow_batch(
+            self.x.clone(),
+            self.noise[level].clone(),
+            vec![t; self.images],
+            self.labels.clone(),
+            device,
+        )
+    }
+}
+
+/// How to draw.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DrawSettings {
+    /// Euler steps from noise to image.
+    pub steps: usize,
+    /// Classifier-free guidance scale.
+    pub guidance: f64,
+}
+
+/// The fixed noise images of the grid's columns.
+pub fn grid_noise(columns: usize) -> Vec<Vec<f32>> {
+    let mut rng = Rng::new(GRID_SEED);
+    (0..columns)
+        .map(|_| (0..PIXELS).map(|_| rng.normal() as f32).collect())
+        .collect()
+}
+
+/// Draws digit `r` from noise `c` for every row `r` in `digits` and column `c`; images in 0..1,
+/// row after row.
+pub fn draw<B: Backend>(
+    model: &Dit<B>,
+    digits: &[usize],
+    noise: &[Vec<f32>],
+    settings: DrawSettings,
+) -> Vec<Vec<f32>> {
+    let device = model.proj_out_2.weight.device();
+    let n = digits.len() * noise.len();
+    let x1: Vec<f32> = digits
+        .iter()
+        .flat_map(|_| noise.iter().flatten().copied())
+        .collect();
+    let labels: Vec<i64> = digits
+        .iter()
+        .flat_map(|&d| std::iter::repeat_n(d as i64, noise.len()))
+        .collect();
+    let x1 = Tensor::<B, 4>::from_data(TensorData::new(x1, [n, 1, SIDE, SIDE]), &device);
+    let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 1]), &device);
+    let out: Vec<f32> = sample(model, x1, labels, settings.steps, settings.guidance)
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    out.chunks(PIXELS)
+        .map(|c| c.iter().map(|&v| to_unit(v)).collect())
+        .collect()
+}
+
+/// What the judge read in a grid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// For each digit asked for, how many of its drawings were read as that digit.
+    pub right: Vec<usize>,
+    /// Drawings per digit.
+    pub per_digit: usize,
+}
+
+impl Verdict {
+    pub fn score(&self) -> f64 {
+        self.right.iter().sum::<usize>() as f64 / (self.right.len() * self.per_digit).max(1) as f64
+    }
+
+    /// Digits read right in at least half of their drawings.
+    pub fn digits_drawn(&self) -> usize {
+        self.right
+            .iter()
+            .filter(|&&r| 2 * r >= self.per_digit)
+            .count()
+    }
+}
+
+/// The judge's reading of images (0..1) drawn for `digits`, `per_digit` each, row after row.
+pub fn judge<B: Backend>(
+    judge: &Mlp<B>,
+    images: &[Vec<f32>],
+    digits: &[usize],
+    per_digit: usize,
+) -> Verdict {
+    let device = judge.fc1.weight.device();
+    let flat: Vec<f32> = images.iter().flatten().copied().collect();
+    let x = Tensor::<B, 2>::from_data(TensorData::new(flat, [images.len(), PIXELS]), &device);
+    let read: Vec<i64> = judge
+        .forward(x)
+        .argmax(1)
+        .into_data()
+        .iter::<i64>()
+        .collect();
+    let right = digits
+        .iter()
+        .enumerate()
+        .map(|(row, &d)| {
+            read[row * per_digit..(row + 1) * per_digit]
+                .iter()
+                .filter(|&&r| r == d as i64)
+                .count()
+        })
+        .collect();
+    Verdict { right, per_digit }
+}
+
+/// What a DiT run was, saved beside the pipeline as `training.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DitSettings {
+    pub data: String,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub decay_to: f64,
+    pub clip: Option<f64>,
+    pub optimizer: OptimizerSpec,
+    pub seed: u64,
+    pub label_dropout: f64,
+    pub time: TimeSampling,
+    pub draw: DrawSettings,
+    pub backend: String,
+    pub step: usize,
+    pub valid_loss: Option<f64>,
+    pub judge_score: Option<f64>,
+}
+
+/// Everything a DiT run needs besides the data, the judge and the model.
+#[derive(Clone, Debug)]
+pub struct DitOptions {
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub decay_to: f64,
+    pub clip: Option<f64>,
+    pub weight_decay: f64,
+    pub seed: u64,
+    pub eval_every: usize,
+    pub label_dropout: f64,
+    pub time: TimeSampling,
+    pub draw: DrawSettings,
+    /// Where the best model's pipeline directory goes.
+    pub save: Option<PathBuf>,
+    /// Where grids and the strip go.
+    pub out: PathBuf,
+    pub run_dir: PathBuf,
+    pub data_name: String,
+}
+
+/// What the run measured.
+#[derive(Clone, Debug, Default)]
+pub struct DitReport {
+    /// `(step, train loss, validation loss, judge)` at each checkpoint.
+    pub checkpoints: Vec<(usize, f64, f64, Verdict)>,
+    pub best: Option<(usize, f64)>,
+    pub seconds: f64,
+}
+
+/// Writes the pipeline and `training.json` into `dir`, replacing what was there in one move.
+pub fn save_pipeline<B: Backend>(
+    model: &Dit<B>,
+    settings: &DitSettings,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    replace_dir(dir, |staging| {
+        diffusers::save_pipeline(model, staging)?;
+        write_json(&staging.join("training.json"), settings)
+    })
+}
+
+struct DitHook<I: Backend> {
+    report: Reporter,
+    opts: DitOptions,
+    judge: Mlp<I>,
+    noise: Vec<Vec<f32>>,
+    settings: DitSettings,
+    best: f64,
+    strip: Vec<Vec<f32>>,
+    out: Arc<Mutex<DitReport>>,
+}
+
+const DIGITS: [usize; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+
+impl<I: Backend> EpochHook<Dit<I>> for DitHook<I> {
+    fn baseline(&mut self, valid: Score, _model: &Dit<I>) -> Result<(), String> {
+        self.best = valid.loss();
+        Ok(())
+    }
+
+    fn after_epoch(&mut self, info: &EpochInfo, model: &Dit<I>) -> Result<(), String> {
+        let images = draw(model, &DIGITS, &self.noise, self.opts.draw);
+        let verdict = judge(&self.judge, &images, &DIGITS, self.noise.len());
+        let grid = self.opts.out.join(format!("grid-step{:05}.png", info.step));
+        grid_png(&images, 10, self.noise.len(), SIDE, 2, &grid)?;
+        // The strip: one row per checkpoint, each digit drawn from the first noise image.
+        self.strip
+            .extend((0..10).map(|d| images[d * self.noise.len()].clone()));
+        let rows = self.strip.len() / 10;
+        grid_png(
+            &self.strip,
+            rows,
+            10,
+            SIDE,
+            2,
+            &self.opts.out.join("strip.png"),
+        )?;
+        let valid = info.valid.loss();
+        let mut note = String::new();
+        if valid < self.best {
+            self.best = valid;
+            self.out.lock().expect("report").best = Some((info.step, valid));
+            if let Some(dir) = &self.opts.save {
+                self.settings.step = info.step;
+                self.settings.valid_loss = Some(valid);
+                self.settings.judge_score = Some(verdict.score());
+                save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
+                note = "  saved".into();
+            }
+        }
+        self.report.line(format!(
+            "step {:>5}  train loss {:.4}  validation loss {:.4}  judge {:>3.0}% ({} of 10 digits drawn)  ({}){note}",
+            info.step,
+            info.train.loss(),
+            valid,
+            verdict.score() * 100.0,
+            verdict.digits_drawn(),
+            duration(info.elapsed)
+        ));
+        self.report.line(format!(
+            "  read right per digit: {}   grid: {}",
+            verdict
+                .right
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            grid.display()
+        ));
+        let mut out = self.out.lock().expect("report");
+        out.checkpoints
+            .push((info.step, info.train.loss(), valid, verdict));
+        out.seconds = info.elapsed;
+        Ok(())
+    }
+}
+
+/// Trains `model` on `train`, validating on `test`, judged by `judge`. Writes a grid per
+/// checkpoint and `strip.png` (one row per checkpoint so far, the same noise each time).
+pub fn train<B: AutodiffBackend>(
+    opts: &DitOptions,
+    train: Arc<Split>,
+    test: &Split,
+    judge: Mlp<B::InnerBackend>,
+    model: Dit<B>,
+    report: Reporter,
+) -> Result<(DitReport, Dit<B::InnerBackend>), TrainError> {
+    let classes = model.config.classes;
+    let optimizer = OptimizerSpec::adamw(opts.weight_decay);
+    let settings = DitSettings {
+        data: opts.data_name.clone(),
+        steps: opts.steps,
+        batch: opts.batch,
+        lr: opts.lr,
+        warmup: opts.warmup,
+        decay_to: opts.decay_to,
+        clip: opts.clip,
+        optimizer: optimizer.clone(),
+        seed: opts.seed,
+        label_dropout: opts.label_dropout,
+        time: opts.time,
+        draw: opts.draw,
+        backend: crate::backend::NAME.into(),
+        step: 0,
+        valid_loss: None,
+        judge_score: None,
+    };
+    let out = Arc::new(Mutex::new(DitReport::default()));
+    let hook = DitHook {
+        report: report.clone(),
+        opts: opts.clone(),
+        judge,
+        noise: grid_noise(10),
+        settings,
+        best: f64::INFINITY,
+        strip: Vec::new(),
+        out: out.clone(),
+    };
+    let source = DigitSource::new(
+        train,
+        opts.batch,
+        opts.seed,
+        opts.label_dropout,
+        opts.time,
+        classes,
+        opts.steps,
+        opts.eval_every,
+    );
+    let run = RunConfig {
+        dir: opts.run_dir.clone(),
+        epochs: source.epochs(),
+        accumulation: 1,
+        resume: false,
+        baseline: false,
+        report: report.clone(),
+        unit: Some((opts.batch as f64, "images".into())),
+    };
+    let last = fit(
+        run,
+        model,
+        optimizer.build(opts.clip),
+        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        source,
+        FixedNoiseEval::new(test, 64),
+        |t| {
+            t.metrics((LossMetric::new(),))
+                .metric_train_numeric(LearningRateMetric::new())
+        },
+        Box::new(hook),
+    )?;
+    let out = out.lock().expect("report").clone();
+    Ok((out, last))
+}
