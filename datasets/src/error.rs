@@ -25,6 +25,9 @@ pub enum DataError {
     /// The server answered, but not with the file.
     #[error("{url}: {problem}")]
     Http { url: String, problem: String },
+    /// A crawl that could not start, or that ended with no page worth keeping.
+    #[error("crawl of {url}: {problem}")]
+    Crawl { url: String, problem: String },
     /// No mirror could be reached at all.
     #[error(
         "offline: could not reach {tried} for {what}. Place the files by hand in {dir} \

@@ -1,11 +1,13 @@
 //! Data for the nervus models: the MNIST digits (an IDX reader, the vendored 10k subset and a
-//! verified download of the full set), and the small deterministic random generator every data
+//! verified download of the full set), text corpora for character models (and [`crawl`], which
+//! makes one from a documentation site), and the small deterministic random generator every data
 //! pipeline in the workspace draws from.
 //!
 //! Training never downloads: a download happens only when a user asks for one, through
 //! [`download`], into the cache directory named by [`cache::data_dir`].
 
 pub mod cache;
+pub mod crawl;
 pub mod download;
 mod error;
 pub mod idx;
