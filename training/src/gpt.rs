@@ -415,6 +415,23 @@ pub fn train<B: AutodiffBackend>(
     model: Gpt<B>,
     report: Reporter,
 ) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
+    train_with(
+        opts,
+        OptimizerSpec::adamw(opts.weight_decay),
+        data,
+        model,
+        report,
+    )
+}
+
+/// [`train`] with another optimizer (the experiments compare AdamW with SGD).
+pub fn train_with<B: AutodiffBackend>(
+    opts: &GptOptions,
+    optimizer: OptimizerSpec,
+    data: &TextData,
+    model: Gpt<B>,
+    report: Reporter,
+) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
     let context = model.context();
     let prompt = data
         .tokenizer
@@ -425,7 +442,6 @@ pub fn train<B: AutodiffBackend>(
     } else {
         prompt
     };
-    let optimizer = OptimizerSpec::adamw(opts.weight_decay);
     let settings = TrainingSettings {
         data: data.name.clone(),
         data_sha256: data.sha256.clone(),

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod bench;
 pub mod checkpoint;
 pub mod dit;
+pub mod experiment;
 pub mod gpt;
 pub mod loader;
 pub mod mnist;

@@ -5,6 +5,7 @@
 //! re-runs this binary through cargo with that feature turned on.
 
 mod bench;
+mod tables;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
@@ -24,6 +25,14 @@ enum Command {
     /// Throughput benchmarks, interleaved rounds, medians and ratios against a baseline measured
     /// in the same run.
     Bench(bench::BenchArgs),
+    /// Run every experiment in docs/experiments (resumably, in parallel) and rewrite the tables
+    /// in README.md and docs/tables/.
+    ReproduceTables(tables::TablesArgs),
+    /// Write an experiment spec's sha256 and the time into docs/experiments/registry.json.
+    Preregister(tables::RegisterArgs),
+    /// (internal) One run of one experiment, in a process of its own.
+    #[command(hide = true)]
+    RunOne(tables::RunOneArgs),
 }
 
 const REEXEC: &str = "NERVUS_XTASK_FEATURES";
@@ -72,5 +81,8 @@ fn main() -> Result<()> {
     }
     match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::ReproduceTables(args) => tables::reproduce(args),
+        Command::Preregister(args) => tables::preregister(args),
+        Command::RunOne(args) => tables::run_one(args),
     }
 }
