@@ -28,6 +28,11 @@ pub enum DataError {
     /// A crawl that could not start, or that ended with no page worth keeping.
     #[error("crawl of {url}: {problem}")]
     Crawl { url: String, problem: String },
+    /// A request that cannot be carried out as asked, about no single file: a vocabulary larger
+    /// than u16 token shards can hold, a held-out share outside `[0, 1)`, a tokenizer library
+    /// failure. `what` names the operation.
+    #[error("{what}: {problem}")]
+    Invalid { what: String, problem: String },
     /// No mirror could be reached at all.
     #[error(
         "offline: could not reach {tried} for {what}. Place the files by hand in {dir} \
@@ -45,6 +50,13 @@ impl DataError {
     pub(crate) fn format(file: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
         DataError::Format {
             file: file.into(),
+            problem: problem.into(),
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>, problem: impl Into<String>) -> Self {
+        DataError::Invalid {
+            what: what.into(),
             problem: problem.into(),
         }
     }

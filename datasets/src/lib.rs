@@ -6,13 +6,16 @@
 //! Training never downloads: a download happens only when a user asks for one, through
 //! [`download`], into the cache directory named by [`cache::data_dir`].
 
+pub mod bpe;
 pub mod cache;
 pub mod crawl;
+pub mod documents;
 pub mod download;
 mod error;
 pub mod idx;
 pub mod mnist;
 pub mod rng;
+pub mod shards;
 pub mod text;
 
 pub use error::{DataError, Result};

@@ -5,51 +5,43 @@
 
 use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig, KvCache};
 use crate::feed_forward::{FeedForward, FeedForwardConfig};
-use burn::nn::{LayerNorm, LayerNormConfig};
+use crate::gpt::{GptConfig, MlpKind, PositionKind};
+use crate::norm::Norm;
 use burn::prelude::*;
 
-#[derive(Config, Debug)]
-pub struct BlockConfig {
-    pub d_model: usize,
-    pub heads: usize,
-    #[config(default = 1e-5)]
-    pub norm_eps: f64,
-    #[config(default = 0.02)]
-    pub init_std: f64,
-}
-
-impl BlockConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Block<B> {
-        let ln = || {
-            LayerNormConfig::new(self.d_model)
-                .with_epsilon(self.norm_eps)
-                .init(device)
-        };
-        Block {
-            ln_1: ln(),
-            attn: CausalSelfAttentionConfig::new(self.d_model, self.heads)
-                .with_init_std(self.init_std)
-                .init(device),
-            ln_2: ln(),
-            mlp: FeedForwardConfig::new(self.d_model, 4 * self.d_model)
-                .with_init_std(self.init_std)
-                .init(device),
-        }
+/// The block of a GPT of configuration `c`.
+pub fn init_block<B: Backend>(c: &GptConfig, device: &B::Device) -> Block<B> {
+    let ln = || Norm::new(c.norm, c.d_model, c.norm_eps, device);
+    Block {
+        ln_1: ln(),
+        attn: CausalSelfAttentionConfig::new(c.d_model, c.heads)
+            .with_kv_heads(c.kv_heads)
+            .with_rope_base((c.positions == PositionKind::Rope).then_some(c.rope_base))
+            .with_qk_norm(c.qk_norm)
+            .with_bias(c.bias)
+            .with_init_std(c.init_std)
+            .init(device),
+        ln_2: ln(),
+        mlp: FeedForwardConfig::new(c.d_model, c.mlp_hidden())
+            .with_swiglu(c.mlp == MlpKind::SwiGlu)
+            .with_bias(c.bias)
+            .with_init_std(c.init_std)
+            .init(device),
     }
 }
 
 #[derive(Module, Debug)]
 pub struct Block<B: Backend> {
-    pub ln_1: LayerNorm<B>,
+    pub ln_1: Norm<B>,
     pub attn: CausalSelfAttention<B>,
-    pub ln_2: LayerNorm<B>,
+    pub ln_2: Norm<B>,
     pub mlp: FeedForward<B>,
 }
 
 impl<B: Backend> Block<B> {
-    /// Shapes: `[B, T, C]` → `[B, T, C]`.
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(self.ln_1.forward(x));
+    /// Shapes: `[B, T, C]` → `[B, T, C]`; `doc_mask [B, T, T]` keeps attention inside documents.
+    pub fn forward(&self, x: Tensor<B, 3>, doc_mask: Option<Tensor<B, 3, Bool>>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attn.forward(self.ln_1.forward(x), doc_mask);
         x.clone() + self.mlp.forward(self.ln_2.forward(x))
     }
 

@@ -47,6 +47,7 @@ impl DitBlockConfig {
             attn1: DitAttentionConfig::new(self.d_model, self.heads).init(device),
             ff: FeedForward {
                 c_fc: linear(self.d_model, 4 * self.d_model),
+                c_up: None,
                 c_proj: linear(4 * self.d_model, self.d_model),
             },
             norm_eps: self.norm_eps,

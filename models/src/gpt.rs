@@ -1,39 +1,34 @@
-//! A GPT: token and position embeddings, a stack of pre-norm blocks, a final LayerNorm and an
-//! output head of its own.
+//! A GPT: token embeddings (and, GPT-2 style, position embeddings), a stack of pre-norm blocks, a
+//! final norm and an output head of its own; with the modern recipe's options in one config.
 //!
 //! Field names follow GPT-2's checkpoint keys (`wte`, `wpe`, `h`, `ln_f`, `lm_head`) and the tensors
 //! are kept in GPT-2's layouts, so [`crate::gpt2`] writes a directory transformers'
-//! `GPT2LMHeadModel` loads unchanged. The head is untied and has no bias (GPT-2 ties it to `wte`;
-//! the config says `tie_word_embeddings: false`).
+//! `GPT2LMHeadModel` loads unchanged when the configuration is GPT-2's. The head is untied and has
+//! no bias (GPT-2 ties it to `wte`; the config says `tie_word_embeddings: false`).
 //!
 //! Initialisation is GPT-2's N(0, 0.02) for every matrix, zeros for biases, ones for gains: a fresh
 //! model then predicts nearly uniformly and its first loss is within a few thousandths of ln V,
 //! the loss of knowing nothing, rather than confidently wrong.
 
 use crate::attention::KvCache;
-use crate::block::{Block, BlockConfig};
+use crate::block::{Block, init_block};
+use crate::norm::Norm;
+pub use crate::norm::NormKind;
 use crate::output::LossOutput;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{
-    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use serde::{Deserialize, Serialize};
-
-/// Normalisation layer of the blocks and the final norm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NormKind {
-    /// Subtract the mean, divide by the standard deviation, scale and shift (GPT-2).
-    LayerNorm,
-}
 
 /// How positions enter the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PositionKind {
     /// A learned table `wpe [context, C]` added to the token embeddings (GPT-2).
     Learned,
+    /// Rotary embeddings on queries and keys (rotate-half); no position table.
+    Rope,
 }
 
 /// The blocks' feed-forward network.
@@ -41,14 +36,18 @@ pub enum PositionKind {
 pub enum MlpKind {
     /// `C → 4C`, GELU (tanh), `4C → C` (GPT-2).
     Gelu,
+    /// `SiLU(x·W1) ⊙ (x·W3) · W2`, hidden about `8C/3` (the parameters of GELU's 4C).
+    SwiGlu,
 }
 
-/// Shape and options of a [`Gpt`].
+/// Shape and options of a [`Gpt`]. The defaults are GPT-2's architecture; the options are the
+/// modern recipe's (RMSNorm, rotary positions, SwiGLU, QK-norm, logit soft-capping, grouped-query
+/// attention, no biases).
 #[derive(Config, Debug, PartialEq)]
 pub struct GptConfig {
     /// Vocabulary size `V` (for a character model, the distinct characters of its text).
     pub vocab: usize,
-    /// Longest sequence `T` the model reads (rows of `wpe`).
+    /// Longest sequence `T` the model reads.
     #[config(default = 64)]
     pub context: usize,
     #[config(default = 2)]
@@ -64,10 +63,106 @@ pub struct GptConfig {
     pub positions: PositionKind,
     #[config(default = "MlpKind::Gelu")]
     pub mlp: MlpKind,
+    /// RMSNorm on each head's queries and keys.
+    #[config(default = false)]
+    pub qk_norm: bool,
+    /// Soft-cap the output logits to `c·tanh(z/c)`.
+    #[config(default = "None")]
+    pub logit_softcap: Option<f64>,
+    /// Key/value heads (grouped-query attention); `None` means as many as query heads.
+    #[config(default = "None")]
+    pub kv_heads: Option<usize>,
+    /// Biases on every linear layer (GPT-2 has them; Llama-style models do not).
+    #[config(default = true)]
+    pub bias: bool,
+    #[config(default = 10000.0)]
+    pub rope_base: f64,
     #[config(default = 1e-5)]
     pub norm_eps: f64,
     #[config(default = 0.02)]
     pub init_std: f64,
+}
+
+impl GptConfig {
+    /// Whether this configuration is GPT-2's architecture (and so exports to transformers).
+    pub fn is_gpt2(&self) -> bool {
+        self.norm == NormKind::LayerNorm
+            && self.positions == PositionKind::Learned
+            && self.mlp == MlpKind::Gelu
+            && !self.qk_norm
+            && self.logit_softcap.is_none()
+            && self.kv_heads.is_none_or(|k| k == self.heads)
+            && self.bias
+    }
+
+    /// The feed-forward hidden width: 4C for GELU; for SwiGLU, 8C/3 rounded up to a multiple of 64.
+    pub fn mlp_hidden(&self) -> usize {
+        match self.mlp {
+            MlpKind::Gelu => 4 * self.d_model,
+            MlpKind::SwiGlu => (8 * self.d_model / 3).div_ceil(64) * 64,
+        }
+    }
+
+    /// The modern recipe on this shape: RMSNorm, rotary positions, SwiGLU, QK-norm, soft-capped
+    /// logits (at 30), no biases.
+    pub fn modern(self) -> Self {
+        self.with_norm(NormKind::RmsNorm)
+            .with_positions(PositionKind::Rope)
+            .with_mlp(MlpKind::SwiGlu)
+            .with_qk_norm(true)
+            .with_logit_softcap(Some(30.0))
+            .with_bias(false)
+    }
+
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt<B> {
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: self.init_std,
+        };
+        Gpt {
+            wte: EmbeddingConfig::new(self.vocab, self.d_model)
+                .with_initializer(normal.clone())
+                .init(device),
+            wpe: (self.positions == PositionKind::Learned).then(|| {
+                EmbeddingConfig::new(self.context, self.d_model)
+                    .with_initializer(normal.clone())
+                    .init(device)
+            }),
+            h: (0..self.layers).map(|_| init_block(self, device)).collect(),
+            ln_f: Norm::new(self.norm, self.d_model, self.norm_eps, device),
+            lm_head: LinearConfig::new(self.d_model, self.vocab)
+                .with_bias(false)
+                .with_initializer(normal)
+                .init(device),
+            config: self.clone(),
+        }
+    }
+
+    /// Parameters of a model of this shape.
+    pub fn num_params(&self) -> usize {
+        let (v, t, c, l) = (self.vocab, self.context, self.d_model, self.layers);
+        let d = c / self.heads;
+        let kv = self.kv_heads.unwrap_or(self.heads);
+        let b = self.bias as usize;
+        let norm = if self.norm == NormKind::LayerNorm {
+            2 * c
+        } else {
+            c
+        };
+        let qkv_out = c + 2 * kv * d;
+        let attn = c * qkv_out + b * qkv_out + c * c + b * c + if self.qk_norm { 2 * d } else { 0 };
+        let hdn = self.mlp_hidden();
+        let mlp = match self.mlp {
+            MlpKind::Gelu => c * hdn + b * hdn + hdn * c + b * c,
+            MlpKind::SwiGlu => 2 * (c * hdn + b * hdn) + hdn * c + b * c,
+        };
+        let wpe = if self.positions == PositionKind::Learned {
+            t * c
+        } else {
+            0
+        };
+        v * c + wpe + l * (2 * norm + attn + mlp) + norm + c * v
+    }
 }
 
 /// The size presets.
@@ -111,57 +206,16 @@ impl GptSize {
     }
 }
 
-impl GptConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt<B> {
-        let normal = Initializer::Normal {
-            mean: 0.0,
-            std: self.init_std,
-        };
-        Gpt {
-            wte: EmbeddingConfig::new(self.vocab, self.d_model)
-                .with_initializer(normal.clone())
-                .init(device),
-            wpe: EmbeddingConfig::new(self.context, self.d_model)
-                .with_initializer(normal.clone())
-                .init(device),
-            h: (0..self.layers)
-                .map(|_| {
-                    BlockConfig::new(self.d_model, self.heads)
-                        .with_norm_eps(self.norm_eps)
-                        .with_init_std(self.init_std)
-                        .init(device)
-                })
-                .collect(),
-            ln_f: LayerNormConfig::new(self.d_model)
-                .with_epsilon(self.norm_eps)
-                .init(device),
-            lm_head: LinearConfig::new(self.d_model, self.vocab)
-                .with_bias(false)
-                .with_initializer(normal)
-                .init(device),
-            config: self.clone(),
-        }
-    }
-
-    /// Parameters of a model of this shape.
-    pub fn num_params(&self) -> usize {
-        let (v, t, c, l) = (self.vocab, self.context, self.d_model, self.layers);
-        let block =
-            2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c);
-        v * c + t * c + l * block + 2 * c + c * v
-    }
-}
-
 /// The model.
 #[derive(Module, Debug)]
 pub struct Gpt<B: Backend> {
     /// Token embedding `[V, C]`.
     pub wte: Embedding<B>,
-    /// Position embedding `[context, C]`.
-    pub wpe: Embedding<B>,
+    /// Position embedding `[context, C]` (GPT-2 positions only).
+    pub wpe: Option<Embedding<B>>,
     /// The blocks.
     pub h: Vec<Block<B>>,
-    pub ln_f: LayerNorm<B>,
+    pub ln_f: Norm<B>,
     /// Output head, `[C, V]` in memory (Burn's `[in, out]`), no bias.
     pub lm_head: Linear<B>,
     /// The configuration this model was built from.
@@ -179,6 +233,9 @@ pub struct LmBatch<B: Backend> {
     pub inputs: Tensor<B, 2, Int>,
     /// `[B, T]`: `targets[b, t]` is the token after `inputs[b, t]`.
     pub targets: Tensor<B, 2, Int>,
+    /// `[B, T, T]`, true where key `j` is in another document than query `i` (document masking);
+    /// `None` lets every position see every earlier one.
+    pub doc_mask: Option<Tensor<B, 3, Bool>>,
 }
 
 impl<B: Backend> Gpt<B> {
@@ -196,18 +253,43 @@ impl<B: Backend> Gpt<B> {
             self.context()
         );
         let device = ids.device();
-        let pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + t) as i64, &device)
-            .unsqueeze::<2>(); // [1, T]
-        self.wte.forward(ids) + self.wpe.forward(pos) // [B, T, C]
+        let tokens = self.wte.forward(ids); // [B, T, C]
+        match &self.wpe {
+            Some(wpe) => {
+                let pos = Tensor::<B, 1, Int>::arange(offset as i64..(offset + t) as i64, &device)
+                    .unsqueeze::<2>(); // [1, T]
+                tokens + wpe.forward(pos)
+            }
+            None => tokens,
+        }
     }
 
     /// Shapes: `ids [B, T]` (T ≤ context) → logits `[B, T, V]`.
     pub fn forward(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.forward_masked(ids, None)
+    }
+
+    /// [`Gpt::forward`] with a document mask `[B, T, T]` (true where attention is not allowed).
+    pub fn forward_masked(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        doc_mask: Option<Tensor<B, 3, Bool>>,
+    ) -> Tensor<B, 3> {
         let mut x = self.embed(ids, 0);
         for block in &self.h {
-            x = block.forward(x);
+            x = block.forward(x, doc_mask.clone());
         }
-        self.lm_head.forward(self.ln_f.forward(x))
+        self.head(x)
+    }
+
+    /// Final norm, output head and (when configured) logit soft-capping `c·tanh(z/c)`, which
+    /// bounds every logit by `c` while leaving small ones almost unchanged.
+    fn head(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let logits = self.lm_head.forward(self.ln_f.forward(x));
+        match self.config.logit_softcap {
+            Some(c) => (logits / c).tanh() * c,
+            None => logits,
+        }
     }
 
     /// Shapes: `ids [B, T_new]` → logits `[B, T_new, V]`, continuing the sequence whose keys and
@@ -221,13 +303,23 @@ impl<B: Backend> Gpt<B> {
         for (block, c) in self.h.iter().zip(cache.iter_mut()) {
             x = block.forward_cached(x, c);
         }
-        self.lm_head.forward(self.ln_f.forward(x))
+        self.head(x)
     }
 
     /// Mean cross-entropy of the next-token predictions.
     pub fn loss(&self, inputs: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        self.loss_masked(inputs, targets, None)
+    }
+
+    /// [`Gpt::loss`] with a document mask.
+    pub fn loss_masked(
+        &self,
+        inputs: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        doc_mask: Option<Tensor<B, 3, Bool>>,
+    ) -> Tensor<B, 1> {
         let [b, t] = inputs.dims();
-        let logits = self.forward(inputs); // [B, T, V]
+        let logits = self.forward_masked(inputs, doc_mask); // [B, T, V]
         let v = logits.dims()[2];
         CrossEntropyLossConfig::new()
             .init(&logits.device())
@@ -246,7 +338,7 @@ impl<B: AutodiffBackend> TrainStep for Gpt<B> {
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<LossOutput<B::InnerBackend>> {
         let [b, t] = batch.inputs.dims();
-        let loss = self.loss(batch.inputs, batch.targets);
+        let loss = self.loss_masked(batch.inputs, batch.targets, batch.doc_mask);
         let grads = loss.backward();
         TrainOutput::new(
             self,
@@ -266,7 +358,7 @@ impl<B: Backend> InferenceStep for Gpt<B> {
     fn step(&self, batch: LmBatch<B>) -> LossOutput<B> {
         let [b, t] = batch.inputs.dims();
         LossOutput {
-            loss: self.loss(batch.inputs, batch.targets),
+            loss: self.loss_masked(batch.inputs, batch.targets, batch.doc_mask),
             count: b * t,
         }
     }

@@ -20,10 +20,12 @@ pub mod label_embed;
 pub mod mlp;
 pub mod modulate;
 pub mod named;
+pub mod norm;
 pub mod output;
 pub mod patch_embed;
 pub mod reference;
 pub mod regroup;
+pub mod rope;
 pub mod silu;
 pub mod timestep;
 

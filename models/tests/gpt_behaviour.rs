@@ -113,7 +113,14 @@ fn the_past_loss_does_not_blame_the_future() {
         .slice([0..1, target..target + 1])
         .sum();
     let grads = loss.backward();
-    let wpe = vals(m.wpe.weight.grad(&grads).expect("wpe has a gradient"));
+    let wpe = vals(
+        m.wpe
+            .as_ref()
+            .expect("learned positions")
+            .weight
+            .grad(&grads)
+            .expect("wpe has a gradient"),
+    );
     let c = 8;
     for p in 0..6 {
         let row_norm: f64 = wpe[p * c..(p + 1) * c].iter().map(|v| v.abs()).sum();

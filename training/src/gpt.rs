@@ -108,6 +108,7 @@ fn lm_batch<B: Backend>(ids: &[u32], starts: &[usize], t: usize, device: &B::Dev
     LmBatch {
         inputs: Tensor::from_data(TensorData::new(x, [b, t]), device),
         targets: Tensor::from_data(TensorData::new(y, [b, t]), device),
+        doc_mask: None,
     }
 }
 

@@ -385,7 +385,7 @@ mod burn_parity {
             ],
         );
         let xt = tensor::<AB, 3>(x.data.clone(), [b, t, c]).require_grad();
-        let y = attn.forward(xt.clone());
+        let y = attn.forward(xt.clone(), None);
         let (want, cache) = forward(&x, &p, b, t, h, true);
         assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
         let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, t, c]))

@@ -298,7 +298,8 @@ pub(crate) mod tests {
 #[cfg(test)]
 pub(crate) mod burn_parity {
     use super::*;
-    use crate::block::BlockConfig;
+    use crate::block::init_block;
+    use crate::gpt::GptConfig;
     use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
 
     fn exact(p: BlockParams) -> BlockParams {
@@ -438,11 +439,14 @@ pub(crate) mod burn_parity {
             .map(|(n, s, d)| (n.as_str(), &s[..], &d[..]))
             .collect();
         let block = load(
-            BlockConfig::new(c, h).init::<AB>(&Default::default()),
+            init_block::<AB>(
+                &GptConfig::new(9).with_d_model(c).with_heads(h),
+                &Default::default(),
+            ),
             &refs,
         );
         let xt = tensor::<AB, 3>(x.data.clone(), [b, t, c]).require_grad();
-        let y = block.forward(xt.clone());
+        let y = block.forward(xt.clone(), None);
         let (want, cache) = forward(&x, &p, b, t, h);
         assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
         let grads = (y * tensor::<AB, 3>(dy.data.clone(), [b, t, c]))

@@ -96,3 +96,61 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::norm::{Norm, NormKind};
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+
+    #[test]
+    fn rms_norm_and_layer_norm_modules_match_the_reference() {
+        let (r, c) = (5, 8);
+        let x = Mat::new(r, c, f32_exact(randn(521, r * c, 3.0)));
+        let gamma = f32_exact(randn(522, c, 0.5).iter().map(|v| 1.0 + v).collect());
+        let dy = Mat::new(r, c, randn(523, r * c, 1.0));
+        let norm = load(
+            Norm::<AB>::new(NormKind::RmsNorm, c, 1e-5, &Default::default()),
+            &[("gamma", &[c], &gamma)],
+        );
+        let xt = tensor::<AB, 2>(x.data.clone(), [r, c]).require_grad();
+        let y = norm.forward(xt.clone());
+        let (want, cache) = forward(&x, &gamma, 1e-5);
+        // Our module computes in the backend's precision (Burn's RmsNorm would not): ~1e-16.
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [r, c]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &gamma, &dy);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-12);
+        assert_close(
+            "dgamma",
+            &grads_by_path(&norm, &grads)["gamma"],
+            &g.dgamma,
+            1e-12,
+        );
+
+        let beta = f32_exact(randn(524, c, 0.5));
+        let ln = load(
+            Norm::<AB>::new(NormKind::LayerNorm, c, 1e-5, &Default::default()),
+            &[("gamma", &[c], &gamma), ("beta", &[c], &beta)],
+        );
+        let xt = tensor::<AB, 2>(x.data.clone(), [r, c]).require_grad();
+        let y = ln.forward(xt.clone());
+        let (want, cache) = crate::reference::layer_norm::forward(&x, &gamma, &beta, 1e-5);
+        assert_close("ln y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [r, c]))
+            .sum()
+            .backward();
+        let g = crate::reference::layer_norm::backward(&cache, &gamma, &dy);
+        let p = grads_by_path(&ln, &grads);
+        assert_close(
+            "ln dx",
+            &to_vec(xt.grad(&grads).unwrap()),
+            &g.dx.data,
+            1e-12,
+        );
+        assert_close("ln dgamma", &p["gamma"], &g.dgamma, 1e-12);
+        assert_close("ln dbeta", &p["beta"], &g.dbeta, 1e-12);
+    }
+}
