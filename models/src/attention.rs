@@ -50,7 +50,7 @@ impl CausalSelfAttentionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> CausalSelfAttention<B> {
         let kv = self.kv_heads.unwrap_or(self.heads);
         assert!(
-            self.d_model % self.heads == 0 && self.heads % kv == 0,
+            self.d_model.is_multiple_of(self.heads) && self.heads.is_multiple_of(kv),
             "d_model {} must be divisible by {} heads, and heads by {kv} key/value heads",
             self.d_model,
             self.heads

@@ -118,7 +118,7 @@ impl DitTransformerConfig {
                 "out_channels must equal in_channels (a velocity has the image's shape)".into(),
             );
         }
-        if self.sample_size % self.patch_size != 0 {
+        if !self.sample_size.is_multiple_of(self.patch_size) {
             return refuse(format!(
                 "sample_size {} is not a multiple of patch_size {}",
                 self.sample_size, self.patch_size

@@ -17,7 +17,7 @@ impl DitAttentionConfig {
     /// Xavier-uniform weights and zero biases, as DiT initialises every linear layer.
     pub fn init<B: Backend>(&self, device: &B::Device) -> DitAttention<B> {
         assert!(
-            self.d_model % self.heads == 0,
+            self.d_model.is_multiple_of(self.heads),
             "d_model {} is not divisible by {} heads",
             self.d_model,
             self.heads

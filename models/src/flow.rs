@@ -44,6 +44,16 @@ pub fn mse<B: Backend, const D: usize>(pred: Tensor<B, D>, target: Tensor<B, D>)
     (pred - target).square().mean()
 }
 
+/// A model that predicts the flow-matching velocity: what the sampler needs.
+pub trait Velocity<B: Backend, const D: usize> {
+    /// Shapes: `x [B, ..]`, `t [B]` in 0..1 (1 = noise), `labels [B, L]` → velocity like `x`.
+    fn velocity(&self, x: Tensor<B, D>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>)
+    -> Tensor<B, D>;
+
+    /// The label id meaning "no label".
+    fn null_label(&self) -> i64;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,14 +70,4 @@ mod tests {
         assert_eq!(to_vec(at1), to_vec(e.clone()));
         assert_eq!(to_vec(v), to_vec(e - x));
     }
-}
-
-/// A model that predicts the flow-matching velocity: what the sampler needs.
-pub trait Velocity<B: Backend, const D: usize> {
-    /// Shapes: `x [B, ..]`, `t [B]` in 0..1 (1 = noise), `labels [B, L]` → velocity like `x`.
-    fn velocity(&self, x: Tensor<B, D>, t: Tensor<B, 1>, labels: Tensor<B, 2, Int>)
-    -> Tensor<B, D>;
-
-    /// The label id meaning "no label".
-    fn null_label(&self) -> i64;
 }

@@ -117,7 +117,7 @@ impl Gpt2Config {
                 "only the default attention scaling 1/sqrt(head_dim) is implemented".into(),
             );
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return refuse(format!(
                 "n_embd {} is not divisible by n_head {}",
                 self.n_embd, self.n_head

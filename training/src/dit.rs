@@ -74,14 +74,8 @@ impl DigitSource {
         label_dropout: f64,
         time: TimeSampling,
         classes: usize,
-        steps: usize,
-        every: usize,
+        epochs: Vec<usize>,
     ) -> Self {
-        let every = every.clamp(1, steps.max(1));
-        let mut epochs = vec![every; steps / every];
-        if steps % every != 0 {
-            epochs.push(steps % every);
-        }
         Self {
             split,
             batch,
@@ -497,8 +491,7 @@ pub fn train<B: AutodiffBackend>(
         opts.label_dropout,
         opts.time,
         classes,
-        opts.steps,
-        opts.eval_every,
+        crate::loader::epoch_lengths(opts.steps, opts.eval_every),
     );
     let run = RunConfig {
         dir: opts.run_dir.clone(),

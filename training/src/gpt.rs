@@ -133,11 +133,7 @@ impl WindowSource {
         steps: usize,
         every: usize,
     ) -> Self {
-        let every = every.clamp(1, steps.max(1));
-        let mut epochs = vec![every; steps / every];
-        if steps % every != 0 {
-            epochs.push(steps % every);
-        }
+        let epochs = crate::loader::epoch_lengths(steps, every);
         Self {
             ids: data.ids.clone(),
             last_start: data.split - context - 1,

@@ -11,6 +11,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Makes batches by position.
+/// Splits `steps` optimizer steps into Burn "epochs" of `every` steps (the last one shorter when
+/// `every` does not divide `steps`), so that validation and checkpoints run every `every` steps.
+pub fn epoch_lengths(steps: usize, every: usize) -> Vec<usize> {
+    let every = every.clamp(1, steps.max(1));
+    let mut epochs = vec![every; steps / every];
+    if !steps.is_multiple_of(every) {
+        epochs.push(steps % every);
+    }
+    epochs
+}
+
 pub trait BatchSource<B: Backend>: Send + Sync {
     type Batch: Send;
 
@@ -130,5 +141,19 @@ impl<B: Backend, S: BatchSource<B> + 'static> DataLoader<B, S::Batch> for Source
             device: self.device.clone(),
             range: ((s + start).min(e), (s + end).min(e)),
         })
+    }
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::epoch_lengths;
+
+    #[test]
+    fn epochs_cover_exactly_the_steps() {
+        assert_eq!(epoch_lengths(10, 4), vec![4, 4, 2]);
+        assert_eq!(epoch_lengths(8, 4), vec![4, 4]);
+        assert_eq!(epoch_lengths(3, 100), vec![3]);
+        assert_eq!(epoch_lengths(5, 0), vec![1, 1, 1, 1, 1]);
+        assert!(epoch_lengths(0, 4).is_empty());
     }
 }

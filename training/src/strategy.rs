@@ -236,6 +236,15 @@ where
             }
             let model = learner.model().valid();
             let valid_score = validate::<LC>(&model, &valid, epoch, &global, Some(&mut processor));
+            if !(train_score.loss().is_finite() && valid_score.loss().is_finite()) {
+                fail(format!(
+                    "training diverged by step {step}: training loss {:.4}, validation loss {:.4}; \
+                     stopped; the best model and the last checkpoint saved so far are unchanged",
+                    train_score.loss(),
+                    valid_score.loss()
+                ));
+                break;
+            }
             if let Some(c) = &mut checkpointer {
                 c.checkpoint(&learner, epoch, &components.event_store);
             }

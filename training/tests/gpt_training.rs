@@ -257,3 +257,29 @@ fn save_then_load_gives_identical_logits() {
     assert_eq!(a, b);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A run whose loss becomes NaN stops with an error saying so, instead of training on NaN.
+#[test]
+fn a_diverging_run_stops_and_says_so() {
+    let text: String = (0..400)
+        .map(|i| if (i * i + 3 * i) % 7 < 3 { 'a' } else { 'b' })
+        .collect();
+    let data = TextData::new("ab", &text, None, 8).unwrap();
+    let dir = scratch("diverge");
+    let mut opts = options(8, 2, None, dir.join("train"));
+    opts.lr = 1e30;
+    opts.clip = None;
+    let model: Gpt<B> = tiny(2, 8).init(&Default::default());
+    let result = nervus_training::gpt::train_with(
+        &opts,
+        OptimizerSpec::Sgd { momentum: 0.0 },
+        &data,
+        model,
+        Reporter::plain(),
+    );
+    let Err(e) = result else {
+        panic!("a learning rate of 1e30 must diverge and fail the run");
+    };
+    assert!(e.to_string().contains("diverged"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

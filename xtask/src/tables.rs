@@ -461,18 +461,18 @@ fn build_table(
             verdicts.push((rule_text, v, text));
         }
     }
-    if let Some(path) = plot {
-        if plot_spec(spec, results, path)? {
-            writeln!(md)?;
-            writeln!(
-                md,
-                "![{}]({})",
-                spec.title,
-                path.file_name()
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            )?;
-        }
+    if let Some(path) = plot
+        && plot_spec(spec, results, path)?
+    {
+        writeln!(md)?;
+        writeln!(
+            md,
+            "![{}]({})",
+            spec.title,
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        )?;
     }
     Ok(Table {
         markdown: md,
