@@ -54,14 +54,14 @@ impl DataError {
         }
     }
 
-    pub(crate) fn invalid(what: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub fn invalid(what: impl Into<String>, problem: impl Into<String>) -> Self {
         DataError::Invalid {
             what: what.into(),
             problem: problem.into(),
         }
     }
 
-    pub(crate) fn io(file: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(file: impl Into<PathBuf>, source: std::io::Error) -> Self {
         DataError::Io {
             file: file.into(),
             source,

@@ -20,6 +20,7 @@ pub mod label_embed;
 pub mod mlp;
 pub mod modulate;
 pub mod named;
+pub mod native;
 pub mod norm;
 pub mod output;
 pub mod patch_embed;

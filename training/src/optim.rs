@@ -1,5 +1,5 @@
-//! Optimizers for the one training path: SGD with momentum, and AdamW that decays matrices only;
-//! both behind global-norm clipping.
+//! Optimizers for the one training path: SGD with momentum, AdamW that decays matrices only, and
+//! Muon on the block matrices beside that AdamW; all behind global-norm clipping.
 //!
 //! Two departures from Burn's defaults, each deliberate:
 //! - Burn's momentum dampens by 0.1 by default; PyTorch's SGD does not dampen. The reference
@@ -13,7 +13,8 @@
 //! `GradientClipping::Norm` clips each tensor separately, which changes the direction. The squares
 //! are summed per tensor on the device and the per-tensor sums are added in f64.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use crate::muon::Muon;
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{
@@ -37,6 +38,17 @@ pub enum OptimizerSpec {
         eps: f64,
         weight_decay: f64,
     },
+    /// Muon on the matrices of the transformer blocks (see [`crate::muon`]), at `lr_ratio` times
+    /// the schedule's rate; AdamW (betas 0.9, 0.999, eps 1e-8, `weight_decay` on matrices) on
+    /// everything else at the schedule's rate.
+    Muon {
+        momentum: f64,
+        nesterov: bool,
+        /// Muon's learning rate over AdamW's (the reference: 0.02 against 0.003).
+        lr_ratio: f64,
+        muon_weight_decay: f64,
+        weight_decay: f64,
+    },
 }
 
 impl OptimizerSpec {
@@ -46,6 +58,19 @@ impl OptimizerSpec {
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-8,
+            weight_decay,
+        }
+    }
+
+    /// Muon at peak rate `muon_lr` (the reference's is 0.02) beside AdamW at `adamw_lr`:
+    /// momentum 0.95, Nesterov, no decay on the Muon matrices; AdamW's `weight_decay` on the
+    /// other matrices.
+    pub fn muon(adamw_lr: f64, muon_lr: f64, weight_decay: f64) -> Self {
+        OptimizerSpec::Muon {
+            momentum: 0.95,
+            nesterov: true,
+            lr_ratio: muon_lr / adamw_lr,
+            muon_weight_decay: 0.0,
             weight_decay,
         }
     }
@@ -74,19 +99,55 @@ impl OptimizerSpec {
                     .with_beta_1(beta1 as f32)
                     .with_beta_2(beta2 as f32)
                     .with_epsilon(eps as f32);
-                let matrices = MatrixDecayAdamW {
-                    decayed: base.clone().with_weight_decay(weight_decay as f32).build(),
-                    plain: base.with_weight_decay(0.0).build(),
-                };
-                (None, Some(OptimizerAdaptor::from(matrices)))
+                (None, Some(matrix_decay_adamw(base, weight_decay)))
             }
+            // Burn's AdamWConfig defaults to ε = 1e-5; the usual (and OptimizerSpec::adamw's) is 1e-8.
+            OptimizerSpec::Muon { weight_decay, .. } => (
+                None,
+                Some(matrix_decay_adamw(
+                    AdamWConfig::new()
+                        .with_beta_1(0.9)
+                        .with_beta_2(0.999)
+                        .with_epsilon(1e-8),
+                    weight_decay,
+                )),
+            ),
+        };
+        let muon = match *self {
+            OptimizerSpec::Muon {
+                momentum,
+                nesterov,
+                lr_ratio,
+                muon_weight_decay,
+                ..
+            } => Some(MuonPart {
+                optim: OptimizerAdaptor::from(Muon {
+                    momentum,
+                    nesterov,
+                    weight_decay: muon_weight_decay,
+                }),
+                lr_ratio,
+                ids: None,
+            }),
+            _ => None,
         };
         TrainOptim {
             sgd,
             adamw,
+            muon,
             clip: clip.filter(|c| *c > 0.0),
         }
     }
+}
+
+fn matrix_decay_adamw<M: AutodiffModule<B>, B: AutodiffBackend>(
+    base: AdamWConfig,
+    weight_decay: f64,
+) -> AdamWAdaptor<M, B> {
+    OptimizerAdaptor::from(MatrixDecayAdamW {
+        decayed: base.clone().with_weight_decay(weight_decay as f32).build(),
+        plain: base.with_weight_decay(0.0).build(),
+    })
 }
 
 /// AdamW whose decay applies to rank ≥ 2 parameters (matrices, embedding tables, convolution
@@ -121,12 +182,23 @@ impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
 
 type SgdAdaptor<M, B> = OptimizerAdaptor<Sgd<<B as AutodiffBackend>::InnerBackend>, M, B>;
 type AdamWAdaptor<M, B> = OptimizerAdaptor<MatrixDecayAdamW, M, B>;
+type MuonAdaptor<M, B> = OptimizerAdaptor<Muon, M, B>;
 
-/// The optimizer every model trains with: one of SGD or AdamW, behind global-norm clipping.
+/// Muon's share of a [`TrainOptim`]: the block matrices, found on the first step.
+#[derive(Clone)]
+struct MuonPart<M: AutodiffModule<B>, B: AutodiffBackend> {
+    optim: MuonAdaptor<M, B>,
+    lr_ratio: f64,
+    ids: Option<Vec<ParamId>>,
+}
+
+/// The optimizer every model trains with: SGD, AdamW, or Muon with AdamW for what is not a block
+/// matrix; behind global-norm clipping (taken over all gradients before they are shared out).
 #[derive(Clone)]
 pub struct TrainOptim<M: AutodiffModule<B>, B: AutodiffBackend> {
     sgd: Option<SgdAdaptor<M, B>>,
     adamw: Option<AdamWAdaptor<M, B>>,
+    muon: Option<MuonPart<M, B>>,
     clip: Option<f64>,
 }
 
@@ -197,11 +269,24 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for TrainOptim<M,
     type Record = (
         Option<<SgdAdaptor<M, B> as Optimizer<M, B>>::Record>,
         Option<<AdamWAdaptor<M, B> as Optimizer<M, B>>::Record>,
+        Option<<MuonAdaptor<M, B> as Optimizer<M, B>>::Record>,
     );
 
-    fn step(&mut self, lr: f64, module: M, mut grads: GradientsParams) -> M {
+    fn step(&mut self, lr: f64, mut module: M, mut grads: GradientsParams) -> M {
         if let Some(max) = self.clip {
             clip_global_norm::<B, M>(&module, &mut grads, max);
+        }
+        if let Some(part) = &mut self.muon {
+            let ids = part
+                .ids
+                .get_or_insert_with(|| crate::muon::block_matrices::<B, M>(&module));
+            let mut mine = GradientsParams::new();
+            for id in ids.iter() {
+                if let Some(g) = grads.remove::<B::InnerBackend, 2>(*id) {
+                    mine.register(*id, g);
+                }
+            }
+            module = part.optim.step(lr * part.lr_ratio, module, mine);
         }
         match (&mut self.sgd, &mut self.adamw) {
             (Some(o), _) => o.step(lr, module, grads),
@@ -213,8 +298,8 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for TrainOptim<M,
     fn step_multi(&mut self, lr: f64, module: M, grads: MultiGradientsParams) -> M {
         // The global norm would have to be taken across devices; this workspace trains on one.
         assert!(
-            self.clip.is_none(),
-            "global-norm clipping is implemented for single-device training only"
+            self.clip.is_none() && self.muon.is_none(),
+            "global-norm clipping and Muon are implemented for single-device training only"
         );
         match (&mut self.sgd, &mut self.adamw) {
             (Some(o), _) => o.step_multi(lr, module, grads),
@@ -227,10 +312,17 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for TrainOptim<M,
         (
             self.sgd.as_ref().map(|o| o.to_record()),
             self.adamw.as_ref().map(|o| o.to_record()),
+            self.muon.as_ref().map(|m| m.optim.to_record()),
         )
     }
 
-    fn load_record(mut self, (sgd, adamw): Self::Record) -> Self {
+    fn load_record(mut self, (sgd, adamw, muon): Self::Record) -> Self {
+        if let Some(r) = muon {
+            self.muon = self.muon.map(|mut m| {
+                m.optim = m.optim.load_record(r);
+                m
+            });
+        }
         if let Some(r) = sgd {
             self.sgd = self.sgd.map(|o| o.load_record(r));
         }

@@ -92,6 +92,12 @@ pub trait EpochHook<M>: Send {
     }
 
     fn after_epoch(&mut self, info: &EpochInfo, model: &M) -> Result<(), String>;
+
+    /// Asked after each successful [`EpochHook::after_epoch`]: true ends the run there, cleanly
+    /// (its checkpoint is written, so it can be resumed).
+    fn stop_requested(&self) -> bool {
+        false
+    }
 }
 
 /// Shared between the strategy (which calls it) and the run (which reads its error).
@@ -257,8 +263,13 @@ where
                 lr: learner.lr_current(),
                 elapsed: started.elapsed().as_secs_f64(),
             };
-            if let Err(e) = self.hook.lock().expect("hook").after_epoch(&info, &model) {
+            let mut hook = self.hook.lock().expect("hook");
+            if let Err(e) = hook.after_epoch(&info, &model) {
                 fail(e);
+                break;
+            }
+            if hook.stop_requested() {
+                interrupter.stop(Some("stopped as asked"));
                 break;
             }
         }

@@ -165,3 +165,116 @@ fn sgd_momentum_steps_match_the_reference() {
         }
     }
 }
+
+/// Three Muon steps on two non-square Burn weights (`[in, out]`), against the f64 reference run
+/// on their PyTorch-layout transposes. One is wide and one tall the PyTorch way round, so an
+/// inverted `√max(1, rows/cols)` scale shows (it is √(7/3) for one and 1 for the other).
+#[test]
+fn muon_steps_match_the_reference() {
+    use burn::optim::SimpleOptimizer;
+    use nervus_models::reference::muon as reference;
+    use nervus_training::muon::Muon;
+    let h = reference::Muon {
+        lr: 0.02,
+        momentum: 0.95,
+        nesterov: true,
+        weight_decay: 0.1,
+    };
+    let ours = Muon {
+        momentum: h.momentum,
+        nesterov: h.nesterov,
+        weight_decay: h.weight_decay,
+    };
+    for (n_in, n_out, seed) in [(5usize, 3usize, 70u64), (3, 7, 80)] {
+        let w0 = randn(seed, n_in * n_out, 0.5);
+        let mut w = Tensor::<TB, 2>::from_data(
+            TensorData::new(w0.clone(), [n_in, n_out]),
+            &Default::default(),
+        );
+        let mut state = None;
+        // The reference holds W as PyTorch does: [out, in].
+        let mut w_ref = Mat::new(n_in, n_out, w0).transpose();
+        let mut buf_ref = Mat::new(n_out, n_in, vec![0.0; n_in * n_out]);
+        for k in 0..3u64 {
+            let g = randn(seed + 1 + k, n_in * n_out, 2.0);
+            let g_t = Tensor::<TB, 2>::from_data(
+                TensorData::new(g.clone(), [n_in, n_out]),
+                &Default::default(),
+            );
+            let (nw, ns) = SimpleOptimizer::<TB>::step(&ours, h.lr, w, g_t, state);
+            (w, state) = (nw, ns);
+            reference::step(
+                &mut w_ref,
+                &Mat::new(n_in, n_out, g).transpose(),
+                &mut buf_ref,
+                &h,
+            );
+            let got: Vec<f64> = w.clone().into_data().iter::<f64>().collect();
+            let want = w_ref.transpose().data;
+            let r = worst_rel(&got, &want);
+            assert!(
+                r <= 1e-10,
+                "[{n_in}, {n_out}] step {}: differs by {r:e}",
+                k + 1
+            );
+        }
+    }
+}
+
+/// With the Muon spec, a block matrix moves by Muon's update at `lr_ratio × lr`, and the token
+/// embedding by AdamW's first step (≈ lr per entry, plus decay): each part gets its optimizer.
+#[test]
+fn muon_takes_the_block_matrices_and_adamw_the_rest() {
+    use nervus_models::gpt::{Gpt, GptConfig};
+    use nervus_training::muon::Muon;
+    let dev = Default::default();
+    let model: Gpt<AB> = GptConfig::new(11)
+        .with_context(6)
+        .with_d_model(8)
+        .with_heads(2)
+        .modern()
+        .init(&dev);
+    let ids = |v: Vec<i64>| Tensor::<AB, 2, Int>::from_data(TensorData::new(v, [2, 6]), &dev);
+    let x = ids(vec![1, 4, 2, 9, 3, 0, 5, 5, 7, 10, 6, 8]);
+    let y = ids(vec![4, 2, 9, 3, 0, 1, 5, 7, 10, 6, 8, 2]);
+    let grads = GradientsParams::from_grads(model.loss(x, y).backward(), &model);
+    let attn = model.h[0].attn.c_attn.weight.clone();
+    let wte = model.wte.weight.clone();
+    let g_attn: Tensor<TB, 2> = grads.get(attn.id).unwrap();
+    let g_wte: Tensor<TB, 2> = grads.get(wte.id).unwrap();
+    let (lr, wd) = (0.003, 0.1);
+    let spec = OptimizerSpec::muon(lr, 0.02, wd);
+    let OptimizerSpec::Muon {
+        lr_ratio, momentum, ..
+    } = spec
+    else {
+        unreachable!()
+    };
+    let mut optim = spec.build::<Gpt<AB>, AB>(None);
+    let after = optim.step(lr, model, grads);
+
+    let vals = |t: Tensor<TB, 2>| t.into_data().iter::<f64>().collect::<Vec<f64>>();
+    let muon = Muon {
+        momentum,
+        nesterov: true,
+        weight_decay: 0.0,
+    };
+    let (update, _) = muon.update(g_attn, None);
+    let want_attn = vals(attn.val().inner() - update.mul_scalar(lr * lr_ratio));
+    let got_attn = vals(after.h[0].attn.c_attn.weight.val().inner());
+    let r = worst_rel(&got_attn, &want_attn);
+    assert!(r <= 1e-9, "c_attn did not take Muon's step: {r:e}");
+
+    // AdamW's first step: m̂ = g, v̂ = g², so the update is lr·g/(|g| + ε), after decay.
+    let w = wte.val().inner();
+    let want_wte = vals(
+        w.clone().mul_scalar(1.0 - lr * wd)
+            - g_wte
+                .clone()
+                .div(g_wte.abs().add_scalar(1e-8))
+                .mul_scalar(lr),
+    );
+    let got_wte = vals(after.wte.weight.val().inner());
+    let r = worst_rel(&got_wte, &want_wte);
+    assert!(r <= 1e-5, "wte did not take AdamW's step: {r:e}");
+}

@@ -89,8 +89,12 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
         threads()
     );
     let mut table = String::new();
-    writeln!(table, "| preset | parameters | {} |", names.join(" | "))?;
-    writeln!(table, "|---|---|{}", "---|".repeat(names.len()))?;
+    writeln!(
+        table,
+        "| preset | parameters | {} | flex / ndarray |",
+        names.join(" | ")
+    )?;
+    writeln!(table, "|---|---|{}---|", "---|".repeat(names.len()))?;
     for size in sizes {
         let config = size.config(64);
         let n = steps.unwrap_or(match size {
@@ -130,9 +134,10 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
             .collect();
         writeln!(
             table,
-            "| {size:?} | {} | {} |",
+            "| {size:?} | {} | {} | {:.2} |",
             config.num_params(),
-            cells.join(" | ")
+            cells.join(" | "),
+            median(&results[1]) / median(&results[0])
         )?;
         eprintln!("  {size:?} done");
     }
