@@ -29,6 +29,9 @@ pub enum Kind {
     /// Training throughput of a GPT preset in characters a second (each "seed" is one timed
     /// repetition, interleaved with the other arms).
     Throughput,
+    /// The modern BPE language model on the vendored Austen; the metric is the final loss on
+    /// the deterministic evaluation (nats per token).
+    Lm,
 }
 
 /// One arm's settings; absent fields take the example's defaults.
@@ -57,6 +60,18 @@ pub struct Settings {
     /// Overrides the spec's steps (epochs for the MLP).
     #[serde(default)]
     pub steps: Option<usize>,
+    /// LM: Muon's peak learning rate (with `optimizer: muon`).
+    #[serde(default)]
+    pub muon_lr: Option<f64>,
+    /// LM: QK-norm on (default) or off.
+    #[serde(default)]
+    pub qk_norm: Option<bool>,
+    /// LM: logit soft-cap (0 = off; default 30).
+    #[serde(default)]
+    pub softcap: Option<f64>,
+    /// LM: block-diagonal document mask (default off).
+    #[serde(default)]
+    pub doc_mask: Option<bool>,
 }
 
 /// An arm: a named setting, optionally one point `x` of a sweep within a `group`.
@@ -129,12 +144,13 @@ impl Spec {
             Kind::Gpt => "validation loss",
             Kind::Mlp => "test accuracy",
             Kind::Throughput => "characters a second",
+            Kind::Lm => "evaluation loss",
         }
     }
 
     /// Whether larger values of the metric are better.
     pub fn higher_is_better(&self) -> bool {
-        !matches!(self.kind, Kind::Gpt)
+        !matches!(self.kind, Kind::Gpt | Kind::Lm)
     }
 
     /// A miniature of the spec that exercises every code path in seconds: two seeds, few steps.
@@ -142,13 +158,14 @@ impl Spec {
         let mut s = self.clone();
         s.seeds.truncate(2);
         let (steps, every) = match s.kind {
-            Kind::Gpt => (12, Some(6)),
+            Kind::Gpt | Kind::Lm => (12, Some(6)),
             Kind::Mlp => (1, None),
             Kind::Throughput => (2, None),
         };
         s.steps = steps;
         s.eval_every = every;
-        s.eval_windows = Some(16);
+        // 16 windows for the GPT; 2 batches (of 16 windows, read both ways) for the LM.
+        s.eval_windows = Some(if s.kind == Kind::Lm { 2 } else { 16 });
         for a in &mut s.arms {
             a.settings.steps = a.settings.steps.map(|_| steps);
             if s.kind == Kind::Throughput {
@@ -227,6 +244,7 @@ pub fn run<B: AutodiffBackend>(
     let steps = s.steps.unwrap_or(spec.steps);
     let started = std::time::Instant::now();
     match spec.kind {
+        Kind::Lm => run_lm::<B>(spec, arm, seed, run_dir, device),
         Kind::Gpt => {
             let text = nervus_datasets::text::SHAKESPEARE;
             let size =
@@ -339,6 +357,101 @@ pub fn run<B: AutodiffBackend>(
             })
         }
     }
+}
+
+/// The model the LM experiments train: 3 blocks, 4 heads, width 96, context 64, a 1024-token
+/// BPE on Austen (about half a million parameters): big enough for Muon's matrices to matter,
+/// small enough for seeds × arms on two cores.
+pub fn lm_experiment_config(vocab: usize) -> nervus_models::gpt::GptConfig {
+    crate::lm::LmPreset::Small
+        .config(vocab)
+        .with_layers(3)
+        .with_d_model(96)
+        .with_context(64)
+}
+
+fn run_lm<B: AutodiffBackend>(
+    spec: &Spec,
+    arm: &Arm,
+    seed: u64,
+    run_dir: PathBuf,
+    device: &B::Device,
+) -> Result<RunResult, String> {
+    use crate::lm::{CorpusOptions, LmOptions, prepare, train};
+    let s = &arm.settings;
+    let steps = s.steps.unwrap_or(spec.steps);
+    let started = std::time::Instant::now();
+    // One corpus for every run of every spec, beside the spec directories.
+    let root = run_dir
+        .parent()
+        .and_then(|p| p.parent())
+        .map_or_else(std::env::temp_dir, |p| p.to_path_buf())
+        .join("lm-corpora");
+    let corpus = prepare(
+        "austen",
+        nervus_datasets::documents::AUSTEN,
+        nervus_datasets::documents::Source::Austen,
+        None,
+        &CorpusOptions {
+            vocab: 1024,
+            held_out: 0.1,
+            contexts: vec![64],
+            root,
+        },
+        &Reporter::silent(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut config = lm_experiment_config(corpus.bpe.vocab_size());
+    config.qk_norm = s.qk_norm.unwrap_or(true);
+    config.logit_softcap = Some(s.softcap.unwrap_or(30.0)).filter(|c| *c > 0.0);
+    B::seed(device, seed);
+    let model = config.init::<B>(device);
+    let lr = s.lr.unwrap_or(0.003);
+    let optimizer = match s.optimizer.as_deref().unwrap_or("adamw") {
+        "muon" => OptimizerSpec::muon(lr, s.muon_lr.unwrap_or(0.02), 0.1),
+        _ => OptimizerSpec::adamw(0.1),
+    };
+    let opts = LmOptions {
+        model: config,
+        steps,
+        batch: 16,
+        accumulation: 1,
+        lr,
+        warmup: warmup_steps(s.warmup.or(Some(0.1)), steps),
+        decay_to: s.decay_to.unwrap_or(0.1),
+        clip: Some(s.clip.unwrap_or(1.0)).filter(|c| *c > 0.0),
+        optimizer,
+        seed,
+        eval_every: spec.eval_every.unwrap_or(steps),
+        eval_batches: spec.eval_windows.unwrap_or(20),
+        doc_mask: s.doc_mask.unwrap_or(false),
+        sample: SampleOptions {
+            length: 1,
+            temperature: 0.0,
+            top_k: None,
+        },
+        prompt: String::new(),
+        save: None,
+        run_dir,
+        resume: false,
+        stop_after: None,
+        continued_from: None,
+    };
+    let (report, _) =
+        train(&opts, &corpus, model, Reporter::silent()).map_err(|e| e.to_string())?;
+    let curve: Vec<(usize, f64)> = report
+        .checkpoints
+        .iter()
+        .map(|c| (c.step, c.valid_loss))
+        .collect();
+    let value = curve.last().map_or(f64::NAN, |c| c.1);
+    Ok(RunResult {
+        arm: arm.name.clone(),
+        seed,
+        value,
+        curve,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Mean, spread (max − min) and sample standard deviation of some values.

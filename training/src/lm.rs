@@ -207,16 +207,42 @@ pub fn prepare(
                     bpe::train(train_docs.iter().copied(), opts.vocab, 2)?
                 }
             };
-            std::fs::create_dir_all(&dir).map_err(|e| DataError::io(&dir, e))?;
-            bpe.save(&tok_path)?;
+            // Built beside its final place and renamed into it, so that a killed run leaves no
+            // half corpus and two processes preparing the same one do not write into each other.
+            let staging = dir.with_extension(format!("partial-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&staging);
+            std::fs::create_dir_all(&staging).map_err(|e| DataError::io(&staging, e))?;
+            bpe.save(&staging.join("tokenizer.json"))?;
             let m = shards::write_corpus(
-                &dir,
+                &staging,
                 &bpe,
                 documents.iter().copied(),
                 opts.held_out,
                 SHARD_TOKENS,
                 &opts.contexts,
             )?;
+            let (m, bpe) = if std::fs::rename(&staging, &dir).is_ok() {
+                (m, bpe)
+            } else {
+                // Another process got there first, or something else is in the way: use that
+                // corpus if it is a whole one for this text.
+                let _ = std::fs::remove_dir_all(&staging);
+                let theirs = CorpusManifest::load(&dir).and_then(|m| {
+                    let bpe = Bpe::load(&tok_path)?;
+                    m.check_tokenizer(&bpe, &dir)?;
+                    Ok((m, bpe))
+                });
+                match theirs {
+                    Ok(hit) => hit,
+                    Err(e) => {
+                        return Err(DataError::invalid(
+                            dir.display().to_string(),
+                            format!("could not put the corpus in place ({e}): remove the directory and run again"),
+                        )
+                        .into());
+                    }
+                }
+            };
             report.line(format!(
                 "corpus: {} documents tokenized with a {}-token BPE in {} into {}",
                 n,

@@ -204,6 +204,7 @@ fn estimate(spec: &Spec, arm: &nervus_training::experiment::Arm) -> f64 {
         // Small preset: ~0.05 s a step on two cores, plus the evaluations.
         Kind::Gpt => steps * 0.05 + 3.0 * (steps / spec.eval_every.unwrap_or(250) as f64).ceil(),
         Kind::Mlp => steps * 0.35 + 1.0,
+        Kind::Lm => steps * 0.12 + 4.0 * (steps / spec.eval_every.unwrap_or(100) as f64).ceil(),
         Kind::Throughput => match arm.settings.size.as_deref() {
             Some("large") => steps * 7.0,
             Some("medium") => steps * 1.0,
@@ -291,7 +292,7 @@ fn fmt_value(spec: &Spec, v: f64) -> String {
         return "diverged".into();
     }
     match spec.kind {
-        Kind::Gpt => format!("{v:.3}"),
+        Kind::Gpt | Kind::Lm => format!("{v:.3}"),
         Kind::Mlp => format!("{:.2}%", v * 100.0),
         Kind::Throughput => format!("{v:.0}"),
     }
@@ -301,7 +302,7 @@ fn fmt_diff(spec: &Spec, v: f64) -> String {
     match spec.kind {
         Kind::Mlp => format!("{:.2} pt", v * 100.0),
         Kind::Throughput => format!("{v:.0}"),
-        Kind::Gpt => format!("{v:.3}"),
+        Kind::Gpt | Kind::Lm => format!("{v:.3}"),
     }
 }
 
@@ -345,6 +346,8 @@ fn build_table(
             Kind::Gpt => "steps on the small GPT (Shakespeare, vendored), batch 16",
             Kind::Mlp => "epochs of the MNIST MLP (vendored 10k subset), batch 32",
             Kind::Throughput => "timed steps a repetition, batch 16, repetitions interleaved",
+            Kind::Lm =>
+                "steps of the modern LM (3 blocks, width 96, context 64, 1024-token BPE on the vendored Austen), batch 16, evaluation on 20 fixed held-out batches",
         },
         spec.seeds,
         nervus_training::backend::NAME
@@ -542,7 +545,7 @@ fn plot_spec(spec: &Spec, results: &[RunResult], path: &Path) -> Result<bool> {
         line_chart(path, &text, &series).map_err(anyhow::Error::msg)?;
         return Ok(true);
     }
-    if spec.kind == Kind::Gpt {
+    if matches!(spec.kind, Kind::Gpt | Kind::Lm) {
         let series: Vec<Series> = spec
             .arms
             .iter()
