@@ -67,7 +67,7 @@ struct Args {
     /// Micro-batches per optimizer step (gradients averaged).
     #[arg(long, default_value_t = 1)]
     accumulate: usize,
-    /// Peak learning rate (AdamW).
+    /// Peak learning rate of AdamW (with muon: for embeddings, head and gains).
     #[arg(long, default_value_t = 0.003)]
     lr: f64,
     /// Warm-up: a share of the run if below 1, else a number of steps.
@@ -79,8 +79,9 @@ struct Args {
     /// Clip the global gradient norm to this (0 = no clipping).
     #[arg(long, default_value_t = 1.0)]
     clip: f64,
-    /// adamw, or muon (Muon on the blocks' matrices, AdamW on the rest).
-    #[arg(long, default_value = "adamw", value_parser = ["adamw", "muon"])]
+    /// muon (Muon on the blocks' matrices, AdamW on the rest; the lm-optimizers experiment's
+    /// winner), or adamw (everything).
+    #[arg(long, default_value = "muon", value_parser = ["adamw", "muon"])]
     optimizer: String,
     /// Muon's peak learning rate (with --optimizer muon; the schedule scales it like --lr).
     #[arg(long, default_value_t = 0.02)]
