@@ -32,3 +32,30 @@ pub fn replace_dir(
     let _ = std::fs::remove_dir_all(&old);
     Ok(())
 }
+
+/// A model directory's tokenizer must have one token per row of the model's embedding.
+pub fn check_vocab(
+    tokenizer_file: &Path,
+    tokens: usize,
+    rows: usize,
+) -> Result<(), CheckpointError> {
+    if tokens == rows {
+        return Ok(());
+    }
+    Err(CheckpointError::format(
+        tokenizer_file,
+        format!("{tokens} tokens, but the model has {rows} rows"),
+    ))
+}
+
+/// A model directory's `training.json`, if it has one.
+pub fn read_settings<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+) -> Result<Option<T>, CheckpointError> {
+    let path = dir.join("training.json");
+    if path.exists() {
+        nervus_models::checkpoint::read_json(&path).map(Some)
+    } else {
+        Ok(None)
+    }
+}

@@ -22,7 +22,7 @@ use nervus_datasets::download::sha256_hex;
 use nervus_datasets::rng::Rng;
 use nervus_datasets::text::{CharTokenizer, UnknownChar};
 use nervus_inference::generate::{SampleOptions, generate};
-use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
 use nervus_models::gpt2;
 use serde::{Deserialize, Serialize};
@@ -327,22 +327,8 @@ pub fn load_dir<B: Backend>(
     let tok_path = dir.join("tokenizer.json");
     let tokenizer = CharTokenizer::load(&tok_path)
         .map_err(|e| CheckpointError::format(&tok_path, e.to_string()))?;
-    if tokenizer.vocab_size() != model.config.vocab {
-        return Err(CheckpointError::format(
-            &tok_path,
-            format!(
-                "{} tokens, but the model has {} rows",
-                tokenizer.vocab_size(),
-                model.config.vocab
-            ),
-        ));
-    }
-    let settings_path = dir.join("training.json");
-    let settings = if settings_path.exists() {
-        Some(read_json(&settings_path)?)
-    } else {
-        None
-    };
+    crate::checkpoint::check_vocab(&tok_path, tokenizer.vocab_size(), model.config.vocab)?;
+    let settings = crate::checkpoint::read_settings(dir)?;
     Ok((model, tokenizer, settings))
 }
 

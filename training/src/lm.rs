@@ -596,22 +596,8 @@ pub fn load_dir<B: Backend>(
     let model = native::load(dir, device)?;
     let tok = dir.join("tokenizer.json");
     let bpe = Bpe::load(&tok).map_err(|e| CheckpointError::format(&tok, e.to_string()))?;
-    if bpe.vocab_size() != model.config.vocab {
-        return Err(CheckpointError::format(
-            &tok,
-            format!(
-                "{} tokens, but the model has {} rows",
-                bpe.vocab_size(),
-                model.config.vocab
-            ),
-        ));
-    }
-    let settings_path = dir.join("training.json");
-    let settings = if settings_path.exists() {
-        Some(read_json(&settings_path)?)
-    } else {
-        None
-    };
+    crate::checkpoint::check_vocab(&tok, bpe.vocab_size(), model.config.vocab)?;
+    let settings = crate::checkpoint::read_settings(dir)?;
     Ok((model, bpe, settings))
 }
 
