@@ -84,10 +84,22 @@ fn options(dir: &Path, steps: usize, every: usize) -> LmOptions {
     }
 }
 
-fn fresh(config: &GptConfig) -> Gpt<B> {
+/// Burn draws initial weights from one process-wide generator, and lazily, at a parameter's first
+/// use: tests running side by side would interleave their draws. So a model is made, and every
+/// parameter touched, while this lock is held.
+static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn fresh_seeded(config: &GptConfig, seed: u64) -> Gpt<B> {
+    let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
     let dev = Default::default();
-    B::seed(&dev, 11);
-    config.init(&dev)
+    B::seed(&dev, seed);
+    let model: Gpt<B> = config.init(&dev);
+    let _ = named::export(&model);
+    model
+}
+
+fn fresh(config: &GptConfig) -> Gpt<B> {
+    fresh_seeded(config, 11)
 }
 
 fn params(model: &Gpt<I>) -> Vec<(String, Vec<f32>)> {
@@ -137,10 +149,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
     let mut second = options(&parts_dir, 6, 2);
     second.resume = true;
     // A different starting model: the resume must replace it with the checkpoint's.
-    let other: Gpt<B> = {
-        B::seed(&Default::default(), 999);
-        second.model.init(&Default::default())
-    };
+    let other = fresh_seeded(&second.model, 999);
     let (resumed, resumed_model) = train(&second, &corpus, other, Reporter::silent()).unwrap();
 
     let steps: Vec<usize> = resumed.checkpoints.iter().map(|c| c.step).collect();
