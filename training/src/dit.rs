@@ -112,10 +112,7 @@ impl<B: Backend> BatchSource<B> for DigitSource {
     type Batch = FlowBatch<B, 4>;
 
     fn batches(&self, epoch: usize) -> usize {
-        self.epochs
-            .get(epoch.saturating_sub(1))
-            .copied()
-            .unwrap_or(0)
+        crate::loader::batches_in(&self.epochs, epoch)
     }
 
     fn items_per_batch(&self) -> usize {
@@ -123,7 +120,7 @@ impl<B: Backend> BatchSource<B> for DigitSource {
     }
 
     fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> FlowBatch<B, 4> {
-        let n = self.epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index;
+        let n = crate::loader::run_index(&self.epochs, epoch, index);
         let mut rng = Rng::stream(self.seed, n as u64);
         let (mut x, mut noise, mut t, mut labels) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());

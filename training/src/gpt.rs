@@ -161,10 +161,7 @@ impl<B: Backend> BatchSource<B> for WindowSource {
     type Batch = LmBatch<B>;
 
     fn batches(&self, epoch: usize) -> usize {
-        self.epochs
-            .get(epoch.saturating_sub(1))
-            .copied()
-            .unwrap_or(0)
+        crate::loader::batches_in(&self.epochs, epoch)
     }
 
     fn items_per_batch(&self) -> usize {
@@ -172,7 +169,7 @@ impl<B: Backend> BatchSource<B> for WindowSource {
     }
 
     fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
-        let n = self.epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index;
+        let n = crate::loader::run_index(&self.epochs, epoch, index);
         lm_batch(&self.ids, &self.starts(n), self.context, device)
     }
 }

@@ -366,10 +366,7 @@ impl<B: Backend> BatchSource<B> for ShardWindows {
     type Batch = LmBatch<B>;
 
     fn batches(&self, epoch: usize) -> usize {
-        self.epochs
-            .get(epoch.saturating_sub(1))
-            .copied()
-            .unwrap_or(0)
+        crate::loader::batches_in(&self.epochs, epoch)
     }
 
     fn items_per_batch(&self) -> usize {
@@ -377,7 +374,7 @@ impl<B: Backend> BatchSource<B> for ShardWindows {
     }
 
     fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
-        let n = self.epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index;
+        let n = crate::loader::run_index(&self.epochs, epoch, index);
         batch_of(&self.windows(n), self.context, self.mask_eot, device)
     }
 }

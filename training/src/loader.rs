@@ -22,6 +22,17 @@ pub fn epoch_lengths(steps: usize, every: usize) -> Vec<usize> {
     epochs
 }
 
+/// Batches in 1-based `epoch` of a run split as `epochs` (0 past the end).
+pub fn batches_in(epochs: &[usize], epoch: usize) -> usize {
+    epochs.get(epoch.saturating_sub(1)).copied().unwrap_or(0)
+}
+
+/// The run-wide, 0-based number of batch `index` of 1-based `epoch`: what a source draws batch
+/// contents from, so that a batch does not depend on how the run was cut into epochs or resumed.
+pub fn run_index(epochs: &[usize], epoch: usize, index: usize) -> usize {
+    epochs[..epoch.saturating_sub(1)].iter().sum::<usize>() + index
+}
+
 pub trait BatchSource<B: Backend>: Send + Sync {
     type Batch: Send;
 
