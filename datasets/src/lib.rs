@@ -14,6 +14,7 @@ pub mod download;
 mod error;
 pub mod idx;
 pub mod mnist;
+pub mod moving;
 pub mod rng;
 pub mod shards;
 pub mod text;

@@ -163,13 +163,20 @@ pub fn diffusers_name(path: &str) -> (String, Layout) {
     (name, layout)
 }
 
-fn to_file_layout(t: NamedTensor, layout: Layout, c: &DitConfig) -> NamedTensor {
+/// The input side of a patch embedding: channels and patch size, what the conv kernel's shape needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PatchShape {
+    pub channels: usize,
+    pub patch: usize,
+}
+
+fn to_file_layout(t: NamedTensor, layout: Layout, p: PatchShape) -> NamedTensor {
     match layout {
         Layout::Same => t,
         Layout::Transposed => t.transposed(),
         Layout::ConvKernel => {
             let t = t.transposed(); // [D, C·p·p]
-            let shape = vec![t.shape[0], c.in_channels, c.patch_size, c.patch_size];
+            let shape = vec![t.shape[0], p.channels, p.patch, p.patch];
             NamedTensor { shape, ..t }
         }
     }
@@ -192,12 +199,12 @@ fn from_file_layout(t: NamedTensor, layout: Layout) -> NamedTensor {
 }
 
 /// Every parameter under its diffusers name, in diffusers' layout.
-pub fn to_diffusers(tensors: Vec<NamedTensor>, c: &DitConfig) -> Vec<NamedTensor> {
+pub fn to_diffusers(tensors: Vec<NamedTensor>, p: PatchShape) -> Vec<NamedTensor> {
     tensors
         .into_iter()
         .map(|t| {
             let (name, layout) = diffusers_name(&t.name);
-            let t = to_file_layout(t, layout, c);
+            let t = to_file_layout(t, layout, p);
             NamedTensor { name, ..t }
         })
         .collect()
@@ -205,13 +212,10 @@ pub fn to_diffusers(tensors: Vec<NamedTensor>, c: &DitConfig) -> Vec<NamedTensor
 
 /// Writes `config.json` and `diffusion_pytorch_model.safetensors` (the `transformer/` folder).
 pub fn save_transformer<B: Backend>(model: &Dit<B>, dir: &Path) -> Result<(), CheckpointError> {
-    let tensors = to_diffusers(crate::named::export(model), &model.config);
-    let mut meta = HashMap::new();
-    meta.insert("format".to_string(), "pt".to_string());
-    write_safetensors(
+    write_weights(
+        model,
+        model.config.patch_shape(),
         &dir.join("diffusion_pytorch_model.safetensors"),
-        &tensors,
-        Some(meta),
     )?;
     write_json(
         &dir.join("config.json"),
@@ -253,14 +257,40 @@ pub fn load_transformer<B: Backend>(
     let config_path = dir.join("config.json");
     let hf: DitTransformerConfig = read_json(&config_path)?;
     let config = hf.to_model(&config_path)?;
-    let file = TensorFile::read(&dir.join("diffusion_pytorch_model.safetensors"))?;
+    read_weights(
+        config.init::<B>(device),
+        config.patch_shape(),
+        &dir.join("diffusion_pytorch_model.safetensors"),
+    )
+}
+
+/// Writes every parameter of `module` to `file` under its diffusers name and layout.
+pub fn write_weights<B: Backend, M: Module<B>>(
+    module: &M,
+    p: PatchShape,
+    file: &Path,
+) -> Result<(), CheckpointError> {
+    let tensors = to_diffusers(crate::named::export(module), p);
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    write_safetensors(file, &tensors, Some(meta))
+}
+
+/// Fills `model` (freshly made with the stored config) from `file`, written by
+/// [`write_weights`] or by diffusers: every tensor must be there in its expected shape, and
+/// nothing else may be.
+pub fn read_weights<B: Backend, M: Module<B>>(
+    model: M,
+    p: PatchShape,
+    file: &Path,
+) -> Result<M, CheckpointError> {
+    let file = TensorFile::read(file)?;
     let path = file.path.clone();
     let mut by_name = file.tensors;
-    let model = config.init::<B>(device);
     let mut by_burn = HashMap::new();
     for t in crate::named::export(&model) {
         let (name, layout) = diffusers_name(&t.name);
-        let expected = to_file_layout(t.clone(), layout, &config).shape;
+        let expected = to_file_layout(t.clone(), layout, p).shape;
         let stored = by_name
             .remove(&name)
             .ok_or_else(|| CheckpointError::Missing {

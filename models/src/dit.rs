@@ -52,6 +52,14 @@ impl DitConfig {
         self.num_attention_heads * self.attention_head_dim
     }
 
+    /// What the patch embedding's conv kernel shape needs.
+    pub fn patch_shape(&self) -> crate::diffusers::PatchShape {
+        crate::diffusers::PatchShape {
+            channels: self.in_channels,
+            patch: self.patch_size,
+        }
+    }
+
     pub fn tokens(&self) -> usize {
         (self.sample_size / self.patch_size).pow(2)
     }
@@ -110,15 +118,10 @@ impl<B: Backend> Dit<B> {
         unpatchify(self.head(tokens, cond), self.config.patch_size, c, h, w)
     }
 
-    /// The output layer: norm, shift and scale from the conditioning (shift first, as diffusers
-    /// chunks it), then tokens to patch values. Shapes: `tokens [B, N, D]`, `cond [B, D]` →
+    /// The output layer (see [`head`]). Shapes: `tokens [B, N, D]`, `cond [B, D]` →
     /// `[B, N, p·p·C]`.
     pub fn head(&self, tokens: Tensor<B, 3>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
-        let d = cond.dims()[1];
-        let mut ss = self.proj_out_1.forward(silu(cond)).split(d, 1).into_iter();
-        let (shift, scale) = (ss.next().expect("shift"), ss.next().expect("scale"));
-        let tokens = modulate(layer_norm_plain(tokens, ADA_NORM_EPS), shift, scale);
-        self.proj_out_2.forward(tokens)
+        head(&self.proj_out_1, &self.proj_out_2, tokens, cond)
     }
 
     /// The flow-matching loss of a batch.
@@ -126,6 +129,22 @@ impl<B: Backend> Dit<B> {
         let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
         mse(self.forward(xt, batch.t * 1000.0, batch.labels), target)
     }
+}
+
+/// The output layer of the image and the video DiT: norm, shift and scale from the conditioning
+/// (shift first, as diffusers chunks it), then tokens to patch values. Shapes: `tokens [B, N, D]`,
+/// `cond [B, D]` → `[B, N, p·p·C]`.
+pub fn head<B: Backend>(
+    proj_out_1: &Linear<B>,
+    proj_out_2: &Linear<B>,
+    tokens: Tensor<B, 3>,
+    cond: Tensor<B, 2>,
+) -> Tensor<B, 3> {
+    let d = cond.dims()[1];
+    let mut ss = proj_out_1.forward(silu(cond)).split(d, 1).into_iter();
+    let (shift, scale) = (ss.next().expect("shift"), ss.next().expect("scale"));
+    let tokens = modulate(layer_norm_plain(tokens, ADA_NORM_EPS), shift, scale);
+    proj_out_2.forward(tokens)
 }
 
 impl<B: AutodiffBackend> TrainStep for Dit<B> {

@@ -13,6 +13,7 @@ pub mod dit_attention;
 pub mod dit_block;
 pub mod feed_forward;
 pub mod flow;
+pub mod frame_embed;
 pub mod gelu;
 pub mod gpt;
 pub mod gpt2;
@@ -29,6 +30,8 @@ pub mod regroup;
 pub mod rope;
 pub mod silu;
 pub mod timestep;
+pub mod video_dit;
+pub mod video_pipeline;
 
 #[cfg(test)]
 pub(crate) mod testing;

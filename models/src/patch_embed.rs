@@ -37,24 +37,34 @@ pub fn unpatchify<B: Backend>(
 }
 
 /// diffusers' `get_2d_sincos_pos_embed` for a `gh × gw` grid (base size `gh`, interpolation 1):
-/// token `(row, col)` gets `[sincos(col), sincos(row)]`, each half `D/2` wide, and
-/// `sincos(pos) = [sin(pos·ω_k)…, cos(pos·ω_k)…]` with `ω_k = 10000^(−k/(D/4))`. (The first half is
-/// the column because numpy's meshgrid puts `x` first.)
+/// token `(row, col)` gets `[sincos(col), sincos(row)]`, each half `D/2` wide (see
+/// [`sincos_1d`]). (The first half is the column because numpy's meshgrid puts `x` first.)
 pub fn sincos_2d(d: usize, gh: usize, gw: usize) -> Vec<f64> {
-    let quarter = d / 4;
-    let omega: Vec<f64> = (0..quarter)
-        .map(|k| 1.0 / 10_000f64.powf(k as f64 / quarter as f64))
-        .collect();
     let mut out = Vec::with_capacity(gh * gw * d);
     for row in 0..gh {
         for col in 0..gw {
-            for pos in [col as f64, row as f64] {
-                out.extend(omega.iter().map(|w| (pos * w).sin()));
-                out.extend(omega.iter().map(|w| (pos * w).cos()));
+            for pos in [col, row] {
+                out.extend(sincos_1d(d / 2, pos));
             }
         }
     }
     out
+}
+
+/// The 1-D sine-cosine embedding of position `pos` in `width` channels (MAE's and diffusers'
+/// `get_1d_sincos_pos_embed_from_grid`): `[sin(pos·ω_k)…, cos(pos·ω_k)…]`, `k = 0..width/2`,
+/// `ω_k = 10000^(−2k/width)`. The video model's frame wave is this with `width = D`.
+pub fn sincos_1d(width: usize, pos: usize) -> Vec<f64> {
+    let half = width / 2;
+    let omega: Vec<f64> = (0..half)
+        .map(|k| 1.0 / 10_000f64.powf(k as f64 / half as f64))
+        .collect();
+    let pos = pos as f64;
+    omega
+        .iter()
+        .map(|w| (pos * w).sin())
+        .chain(omega.iter().map(|w| (pos * w).cos()))
+        .collect()
 }
 
 #[derive(Config, Debug)]

@@ -67,7 +67,7 @@ fn dit_fixture_output_loss_and_every_gradient() {
     let grads = loss.backward();
     let named = diffusers::to_diffusers(
         nervus_models::named::export_grads(&model, &grads),
-        &model.config,
+        model.config.patch_shape(),
     );
     assert_eq!(
         named.len(),

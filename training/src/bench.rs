@@ -121,3 +121,74 @@ pub fn gpt_chars_per_sec<B: AutodiffBackend>(
     sync::<B>(device);
     (steps * batch * t) as f64 / start.elapsed().as_secs_f64()
 }
+
+/// One flow-matching training step (forward, backward, clipping, AdamW) on random data, `steps`
+/// of them after two warm-up steps; returns steps a second. `step` builds the loss from the model.
+fn flow_steps_per_sec<B, M>(
+    mut model: M,
+    steps: usize,
+    loss: impl Fn(&M) -> Tensor<B, 1>,
+    device: &B::Device,
+) -> f64
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut optim = OptimizerSpec::adamw(0.0).build(Some(1.0));
+    let mut step = |model: M| {
+        let grads = GradientsParams::from_grads(loss(&model).backward(), &model);
+        optim.step(1e-3, model, grads)
+    };
+    for _ in 0..2 {
+        model = step(model);
+    }
+    sync::<B>(device);
+    let start = Instant::now();
+    for _ in 0..steps {
+        model = step(model);
+    }
+    // Reading a loss back forces every queued step to finish.
+    let _ = loss(&model).into_data();
+    sync::<B>(device);
+    steps as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Training images a second of the digits DiT (`config`), batch `batch`.
+pub fn dit_images_per_sec<B: AutodiffBackend>(
+    config: &nervus_models::dit::DitConfig,
+    batch: usize,
+    steps: usize,
+    device: &B::Device,
+) -> f64 {
+    use nervus_models::flow::FlowBatch;
+    let s = config.sample_size;
+    let shape = [batch, config.in_channels, s, s];
+    let b = FlowBatch::<B, 4> {
+        x: Tensor::random(shape, Distribution::Uniform(-1.0, 1.0), device),
+        noise: Tensor::random(shape, Distribution::Normal(0.0, 1.0), device),
+        t: Tensor::random([batch], Distribution::Uniform(0.0, 1.0), device),
+        labels: Tensor::random([batch, 1], Distribution::Uniform(0.0, 10.0), device),
+    };
+    let model = config.init::<B>(device);
+    batch as f64 * flow_steps_per_sec(model, steps, |m| m.flow_loss(b.clone()), device)
+}
+
+/// Training steps a second of the video DiT (`config`: its attention decides), batch `batch`.
+pub fn video_steps_per_sec<B: AutodiffBackend>(
+    config: &nervus_models::video_dit::VideoDitConfig,
+    batch: usize,
+    steps: usize,
+    device: &B::Device,
+) -> f64 {
+    use nervus_models::flow::FlowBatch;
+    let s = config.sample_size;
+    let shape = [batch, config.frames, config.in_channels, s, s];
+    let b = FlowBatch::<B, 5> {
+        x: Tensor::random(shape, Distribution::Uniform(-1.0, 1.0), device),
+        noise: Tensor::random(shape, Distribution::Normal(0.0, 1.0), device),
+        t: Tensor::random([batch], Distribution::Uniform(0.0, 1.0), device),
+        labels: Tensor::random([batch, 2], Distribution::Uniform(0.0, 10.0), device),
+    };
+    let model = config.init::<B>(device);
+    flow_steps_per_sec(model, steps, |m| m.flow_loss(b.clone()), device)
+}

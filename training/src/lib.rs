@@ -20,3 +20,4 @@ pub mod report;
 pub mod run;
 pub mod schedule;
 pub mod strategy;
+pub mod video;

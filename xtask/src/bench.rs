@@ -6,7 +6,9 @@ use std::fmt::Write;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `backends` (ndarray against flex: 1024² matmul and an MLP training step).
+    /// What to measure: `backends` (ndarray against flex: 1024² matmul and an MLP training step),
+    /// `gpt` (training characters a second per preset and backend), `dit` (training images a
+    /// second per backend), `video` (training steps a second, factorised against full attention).
     what: String,
     /// Interleaved rounds; medians are reported.
     #[arg(long, default_value_t = 5)]
@@ -14,6 +16,9 @@ pub struct BenchArgs {
     /// Timed steps per run (model benchmarks); the default suits each model.
     #[arg(long)]
     steps: Option<usize>,
+    /// Clips per step (`video`).
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
 }
 
 type NdArray = burn::backend::NdArray<f32>;
@@ -23,7 +28,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "backends" => backends(args.rounds),
         "gpt" => gpt(args.rounds, args.steps),
-        other => bail!("unknown benchmark `{other}`: try backends, gpt"),
+        "dit" => dit(args.rounds, args.steps),
+        "video" => video(args.rounds, args.steps, args.batch),
+        other => bail!("unknown benchmark `{other}`: try backends, gpt, dit, video"),
     }
 }
 
@@ -142,5 +149,114 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
         eprintln!("  {size:?} done");
     }
     print!("{table}");
+    Ok(())
+}
+
+fn dit(rounds: usize, steps: Option<usize>) -> Result<()> {
+    use nervus_training::bench::dit_images_per_sec;
+    let config = nervus_models::dit::DitConfig::digits();
+    let n = steps.unwrap_or(10);
+    let mut names = vec!["ndarray", "flex"];
+    names.extend(gpu_name());
+    println!(
+        "DiT training throughput (images a second), the digits preset, batch 64, {} threads, {rounds} interleaved rounds of {n} steps, medians",
+        threads()
+    );
+    let mut results = vec![Vec::new(); names.len()];
+    for r in 0..rounds {
+        results[0].push(dit_images_per_sec::<burn::backend::Autodiff<NdArray>>(
+            &config,
+            64,
+            n,
+            &Default::default(),
+        ));
+        results[1].push(dit_images_per_sec::<burn::backend::Autodiff<Flex>>(
+            &config,
+            64,
+            n,
+            &Default::default(),
+        ));
+        if names.len() > 2 {
+            results[2].push(dit_images_per_sec::<nervus_training::backend::Train>(
+                &config,
+                64,
+                n,
+                &nervus_training::backend::device(),
+            ));
+        }
+        eprintln!("  round {}/{rounds} done", r + 1);
+    }
+    let mut t = String::new();
+    writeln!(t, "| model | {} | flex / ndarray |", names.join(" | "))?;
+    writeln!(t, "|---|{}---|", "---|".repeat(names.len()))?;
+    let cells: Vec<String> = results
+        .iter()
+        .map(|r| format!("{:.1}", median(r)))
+        .collect();
+    writeln!(
+        t,
+        "| DiT digits ({} tokens) | {} | {:.2} |",
+        config.tokens(),
+        cells.join(" | "),
+        median(&results[1]) / median(&results[0])
+    )?;
+    print!("{t}");
+    Ok(())
+}
+
+fn video(rounds: usize, steps: Option<usize>, batch: usize) -> Result<()> {
+    use nervus_models::video_dit::{Attention, VideoDitConfig};
+    use nervus_training::backend::{Train, device};
+    use nervus_training::bench::video_steps_per_sec;
+    let n = steps.unwrap_or(5);
+    let fact = VideoDitConfig::new();
+    let full = VideoDitConfig::new().with_attention(Attention::Full);
+    println!(
+        "video DiT training steps a second, {} frames × {} patches = {} tokens, batch {batch}, backend {}, {} threads, {rounds} interleaved rounds of {n} steps, medians",
+        fact.frames,
+        fact.patches(),
+        fact.frames * fact.patches(),
+        nervus_training::backend::NAME,
+        threads()
+    );
+    let (mut a, mut b, mut ratios) = (vec![], vec![], vec![]);
+    for r in 0..rounds {
+        let x = video_steps_per_sec::<Train>(&fact, batch, n, &device());
+        let y = video_steps_per_sec::<Train>(&full, batch, n, &device());
+        eprintln!(
+            "  round {}/{rounds}: factorised {x:.3}, full {y:.3} steps/s, ratio {:.2}",
+            r + 1,
+            x / y
+        );
+        a.push(x);
+        b.push(y);
+        ratios.push(x / y);
+    }
+    let mut t = String::new();
+    writeln!(
+        t,
+        "| attention | steps/s (median) | clips/s |\n|---|---|---|"
+    )?;
+    writeln!(
+        t,
+        "| factorised | {:.3} | {:.1} |",
+        median(&a),
+        median(&a) * batch as f64
+    )?;
+    writeln!(
+        t,
+        "| full | {:.3} | {:.1} |",
+        median(&b),
+        median(&b) * batch as f64
+    )?;
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
+    writeln!(
+        t,
+        "\nfactorised / full: {:.2}× by the medians; {lo:.2}× to {hi:.2}× within rounds",
+        median(&a) / median(&b)
+    )?;
+    print!("{t}");
     Ok(())
 }

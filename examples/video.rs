@@ -1,0 +1,319 @@
+//! Train a video DiT that draws 8-frame clips of two digits moving apart, with factorised
+//! space/time attention, judged frame by frame.
+//!
+//! ```text
+//! cargo run --release --example video                                   # the default run
+//! cargo run --release --example video -- --resume                       # continue a stopped run
+//! cargo run --release --example video -- --load out/video/model --steps 0 --guidance 4 --pairs 3-7,0-1
+//! ```
+
+use anyhow::{Context, Result, bail};
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::backend::Backend;
+use clap::Parser;
+use nervus_datasets::moving::{self, Clips};
+use nervus_datasets::{cache, mnist};
+use nervus_models::mlp::Mlp;
+use nervus_models::video_dit::{Attention, VideoDitConfig};
+use nervus_models::video_pipeline;
+use nervus_training::backend;
+use nervus_training::dit::{DrawSettings, TimeSampling};
+use nervus_training::report::{Reporter, Ui, duration};
+use nervus_training::video::{
+    VideoOptions, draw, judge_clips, judge_frames, real_clips, train, train_judge, write_clips,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(about = "Train a video DiT to draw clips of two digits moving apart")]
+struct Args {
+    /// Optimizer steps (0 with --load: just draw).
+    #[arg(long, default_value_t = 1500)]
+    steps: usize,
+    /// Clips per step.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Warm-up: a share of the run if below 1, else steps.
+    #[arg(long, default_value_t = 0.05)]
+    warmup: f64,
+    #[arg(long, default_value_t = 0.1)]
+    decay_to: f64,
+    /// Global gradient-norm clipping (0 = off).
+    #[arg(long, default_value_t = 1.0)]
+    clip: f64,
+    #[arg(long, default_value_t = 0.0)]
+    weight_decay: f64,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    /// Transformer blocks (factorised: even ones spatial, odd ones temporal).
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Width (heads × head size).
+    #[arg(long, default_value_t = 128)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Attention: factorised (space, then time) or full (all 512 tokens).
+    #[arg(long, default_value = "factorised")]
+    attention: Attention,
+    /// Classifier-free guidance scale (1 = plain conditional).
+    #[arg(long, default_value_t = 2.0)]
+    guidance: f64,
+    /// Euler steps when drawing.
+    #[arg(long, default_value_t = 20)]
+    sample_steps: usize,
+    /// Share of training clips whose labels are replaced by "no label".
+    #[arg(long, default_value_t = 0.1)]
+    label_dropout: f64,
+    /// How noise levels are drawn in training: uniform or logit-normal.
+    #[arg(long, default_value = "uniform", value_parser = ["uniform", "logit-normal"])]
+    time_sampling: String,
+    #[arg(long, default_value_t = 250)]
+    eval_every: usize,
+    /// Fixed validation clips (each at 8 noise levels).
+    #[arg(long, default_value_t = 32)]
+    eval_clips: usize,
+    /// Judge all 55 pairs at every checkpoint, not only at the end.
+    #[arg(long)]
+    judge_every: bool,
+    /// Where the best model's pipeline goes.
+    #[arg(long, default_value = "out/video/model")]
+    save: PathBuf,
+    /// Start from (or, with --steps 0, draw with) a saved pipeline.
+    #[arg(long)]
+    load: Option<PathBuf>,
+    /// Continue the run stopped in --out (weights, optimizer, schedule and data position).
+    #[arg(long)]
+    resume: bool,
+    /// Stop cleanly at the first checkpoint at or after this step (continue with --resume).
+    #[arg(long)]
+    stop_after: Option<usize>,
+    /// Where clips, sheets and logs go.
+    #[arg(long, default_value = "out/video")]
+    out: PathBuf,
+    /// A saved window judge (default: train one first, about half a minute).
+    #[arg(long)]
+    judge: Option<PathBuf>,
+    /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
+    #[arg(long)]
+    pairs: Option<String>,
+    /// Train on the full MNIST (fetched and verified; see the mnist example).
+    #[arg(long)]
+    download: bool,
+    #[arg(long)]
+    plain: bool,
+}
+
+fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>> {
+    s.split(',')
+        .map(|p| {
+            let (a, b) = p
+                .split_once('-')
+                .with_context(|| format!("--pairs: `{p}` is not two digits like 3-7"))?;
+            let digit = |d: &str| -> Result<u8> {
+                match d.trim().parse::<u8>() {
+                    Ok(v) if v < 10 => Ok(v),
+                    _ => bail!("--pairs: `{d}` in `{p}` is not a digit 0–9"),
+                }
+            };
+            Ok((digit(a)?, digit(b)?))
+        })
+        .collect()
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let device = backend::device();
+    let data = if args.download {
+        let dir = mnist::full_dir(&cache::data_dir());
+        mnist::download(
+            &nervus_datasets::download::client()?,
+            &dir,
+            &mnist::MIRRORS,
+            &mut |_, _, _| {},
+        )?;
+        mnist::Mnist::from_dir(&dir)?
+    } else {
+        mnist::Mnist::vendored()
+    };
+    let train_clips = Arc::new(Clips::new(&data.train));
+    let test_clips = Clips::new(&data.test);
+    let ui = if args.plain { Ui::Plain } else { Ui::auto() };
+    let report = Reporter::new(ui, Some(args.out.join("log.txt")));
+    let settings = DrawSettings {
+        steps: args.sample_steps,
+        guidance: args.guidance,
+    };
+
+    let judge_model: Mlp<backend::Infer> = match &args.judge {
+        Some(dir) => Mlp::load(dir, &device)
+            .with_context(|| format!("loading the judge from {}", dir.display()))?,
+        None => {
+            let j = train_judge::<backend::Train>(
+                &train_clips,
+                &test_clips,
+                2000,
+                Some(args.out.join("judge")),
+                args.out.join("judge-train"),
+                &device,
+            )?;
+            println!(
+                "judge: the MNIST MLP trained on 14×14 windows of 4000 real clips in {} (saved in {})",
+                duration(j.seconds),
+                args.out.join("judge").display()
+            );
+            j.model
+        }
+    };
+    let per_frame = judge_frames(&judge_model, &test_clips);
+    println!(
+        "judge on real test windows, frames 0–7: {}",
+        per_frame
+            .iter()
+            .map(|a| format!("{:.0}%", a * 100.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let pairs = match &args.pairs {
+        Some(p) => parse_pairs(p)?,
+        None => moving::pairs(),
+    };
+    let real: Vec<Vec<f32>> = real_clips(&test_clips, &pairs)
+        .into_iter()
+        .map(|c| c.pixels)
+        .collect();
+    let real_verdict = judge_clips(&judge_model, &real, &pairs);
+    println!(
+        "real clips of the {} pairs: mostly right {}/{}, held {}/{}, flicker {:.3}",
+        pairs.len(),
+        real_verdict.mostly_right,
+        pairs.len(),
+        real_verdict.held,
+        pairs.len(),
+        moving::flicker(&real.concat())
+    );
+
+    if args.steps == 0 {
+        let Some(dir) = &args.load else {
+            bail!("--steps 0 means \"just draw\": give a pipeline with --load DIR");
+        };
+        let model = video_pipeline::load_pipeline::<backend::Infer>(dir, &device)
+            .with_context(|| format!("loading {}", dir.display()))?;
+        let drawn = draw(&model, &pairs, settings, 16);
+        let v = judge_clips(&judge_model, &drawn, &pairs);
+        let name = format!("g{}-s{}", args.guidance, args.sample_steps);
+        let (sheet, gif) = (
+            args.out.join(format!("clips-{name}.png")),
+            args.out.join(format!("clips-{name}.gif")),
+        );
+        write_clips(&drawn, &sheet, &gif).map_err(anyhow::Error::msg)?;
+        println!(
+            "drawn: mostly right {}/{}, held {}/{}, flicker {:.3}; {} and {}",
+            v.mostly_right,
+            pairs.len(),
+            v.held,
+            pairs.len(),
+            moving::flicker(&drawn.concat()),
+            sheet.display(),
+            gif.display()
+        );
+        return Ok(());
+    }
+
+    if args.heads == 0 || !args.d_model.is_multiple_of(args.heads) {
+        bail!("--heads must divide --d-model");
+    }
+    let model = match &args.load {
+        Some(dir) => video_pipeline::load_pipeline::<backend::Train>(dir, &device)
+            .with_context(|| format!("loading {}", dir.display()))?,
+        None => {
+            backend::Train::seed(&device, args.seed);
+            VideoDitConfig::new()
+                .with_num_layers(args.layers)
+                .with_num_attention_heads(args.heads)
+                .with_attention_head_dim(args.d_model / args.heads)
+                .with_attention(args.attention)
+                .init::<backend::Train>(&device)
+        }
+    };
+    println!(
+        "data: clips made from MNIST ({}), {} training digits | model: video DiT, {} blocks ({:?} attention), d_model {}, {} heads, {} frames × {} patches = {} tokens: {} parameters | backend {}",
+        data.source,
+        data.train.len(),
+        model.config.num_layers,
+        model.config.attention,
+        model.config.d_model(),
+        model.config.num_attention_heads,
+        model.config.frames,
+        model.config.patches(),
+        model.config.frames * model.config.patches(),
+        model.valid().num_params(),
+        backend::NAME
+    );
+    let warmup = if args.warmup < 1.0 {
+        (args.warmup * args.steps as f64).round() as usize
+    } else {
+        args.warmup as usize
+    };
+    let opts = VideoOptions {
+        steps: args.steps,
+        batch: args.batch,
+        lr: args.lr,
+        warmup,
+        decay_to: args.decay_to,
+        clip: (args.clip > 0.0).then_some(args.clip),
+        weight_decay: args.weight_decay,
+        seed: args.seed,
+        eval_every: args.eval_every,
+        eval_clips: args.eval_clips,
+        label_dropout: args.label_dropout,
+        time: if args.time_sampling == "logit-normal" {
+            TimeSampling::LogitNormal
+        } else {
+            TimeSampling::Uniform
+        },
+        draw: settings,
+        judge_every: args.judge_every,
+        save: Some(args.save.clone()),
+        out: args.out.clone(),
+        run_dir: args.out.join("train"),
+        resume: args.resume,
+        stop_after: args.stop_after,
+        data_name: data.source.clone(),
+    };
+    let (result, _) = train(
+        &opts,
+        train_clips,
+        &test_clips,
+        judge_model,
+        model,
+        report.clone(),
+    )?;
+    if let Some(last) = result.checkpoints.last() {
+        let judged = last.verdict.as_ref().map_or(String::new(), |v| {
+            format!(
+                "mostly right {}/55 (real clips {}/55), held {}/55 (real {}/55), ",
+                v.mostly_right, real_verdict.mostly_right, v.held, real_verdict.held
+            )
+        });
+        report.line(format!(
+            "final: validation {:.4}, label gap {:+.4}, flicker {:.3} (real {:.3}), {judged}{} in all",
+            last.valid_loss,
+            last.label_gap,
+            last.flicker,
+            moving::flicker(&real.concat()),
+            duration(result.seconds)
+        ));
+    }
+    if let Some((step, loss)) = result.best {
+        report.line(format!(
+            "best validation loss {loss:.4} at step {step}, saved in {}",
+            args.save.display()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! The video DiT: the image DiT with one more axis. Every frame is cut into patches as before
+//! (with the same 2-D position wave), the frames are laid end to end (`F·N` tokens), a third wave
+//! says which frame a token is in ([`crate::frame_embed`]), and the two labels are looked up and
+//! added ([`crate::label_embed`]). The blocks, the output layer, the flow-matching loss and the
+//! sampler are the image model's.
+//!
+//! Attention is what changes. `Full` lets every token read all `F·N`; `Factorised` alternates a
+//! spatial block (each frame's `N` patches read each other) with a temporal block (each place's
+//! `F` frames read each other), done by regrouping the tokens ([`crate::regroup`]), so a patch
+//! still hears from anywhere in the clip, in two hops, for a fraction of the arithmetic.
+
+use crate::dit::head;
+use crate::dit_block::{DitBlock, DitBlockConfig};
+use crate::flow::{FlowBatch, Velocity, mse, noised};
+use crate::frame_embed::add_frame_wave;
+use crate::output::LossOutput;
+use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
+use crate::regroup::{Axis, Grouping};
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+use serde::{Deserialize, Serialize};
+
+/// Which tokens a block lets attend to each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Even blocks within a frame, odd blocks across frames at one place.
+    Factorised,
+    /// Every block over all tokens of the clip.
+    Full,
+}
+
+impl std::str::FromStr for Attention {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "factorised" | "factorized" => Ok(Self::Factorised),
+            "full" => Ok(Self::Full),
+            other => Err(format!("unknown attention `{other}`: factorised or full")),
+        }
+    }
+}
+
+/// Shape of a [`VideoDit`]; names as the image model's config where they mean the same.
+#[derive(Config, Debug, PartialEq)]
+pub struct VideoDitConfig {
+    #[config(default = 8)]
+    pub frames: usize,
+    /// Frame side in pixels.
+    #[config(default = 32)]
+    pub sample_size: usize,
+    #[config(default = 4)]
+    pub patch_size: usize,
+    #[config(default = 1)]
+    pub in_channels: usize,
+    #[config(default = 4)]
+    pub num_layers: usize,
+    #[config(default = 4)]
+    pub num_attention_heads: usize,
+    #[config(default = 32)]
+    pub attention_head_dim: usize,
+    #[config(default = 10)]
+    pub classes: usize,
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    #[config(default = "Attention::Factorised")]
+    pub attention: Attention,
+}
+
+impl VideoDitConfig {
+    pub fn d_model(&self) -> usize {
+        self.num_attention_heads * self.attention_head_dim
+    }
+
+    /// Patches per frame.
+    pub fn patches(&self) -> usize {
+        (self.sample_size / self.patch_size).pow(2)
+    }
+
+    pub fn patch_shape(&self) -> crate::diffusers::PatchShape {
+        crate::diffusers::PatchShape {
+            channels: self.in_channels,
+            patch: self.patch_size,
+        }
+    }
+
+    /// Block `i`'s grouping: `None` for full attention.
+    pub fn grouping(&self, i: usize) -> Option<Grouping> {
+        match self.attention {
+            Attention::Full => None,
+            Attention::Factorised => Some(Grouping {
+                frames: self.frames,
+                patches: self.patches(),
+                axis: if i.is_multiple_of(2) {
+                    Axis::Space
+                } else {
+                    Axis::Time
+                },
+            }),
+        }
+    }
+
+    /// Initialised as the image DiT is: every block the identity, zero velocity out.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> VideoDit<B> {
+        assert!(
+            self.sample_size.is_multiple_of(self.patch_size),
+            "patch size {} does not divide the frame side {}",
+            self.patch_size,
+            self.sample_size
+        );
+        let d = self.d_model();
+        let zeros = |i, o| {
+            LinearConfig::new(i, o)
+                .with_initializer(Initializer::Zeros)
+                .init(device)
+        };
+        VideoDit {
+            pos_embed: PatchEmbedConfig::new(self.in_channels, self.patch_size, d).init(device),
+            transformer_blocks: (0..self.num_layers)
+                .map(|_| {
+                    DitBlockConfig::new(d, self.num_attention_heads, self.classes)
+                        .with_norm_eps(self.norm_eps)
+                        .init(device)
+                })
+                .collect(),
+            proj_out_1: zeros(d, 2 * d),
+            proj_out_2: zeros(d, self.patch_size * self.patch_size * self.in_channels),
+            config: self.clone(),
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct VideoDit<B: Backend> {
+    pub pos_embed: PatchEmbed<B>,
+    pub transformer_blocks: Vec<DitBlock<B>>,
+    pub proj_out_1: Linear<B>,
+    pub proj_out_2: Linear<B>,
+    #[module(skip)]
+    pub config: VideoDitConfig,
+}
+
+impl<B: Backend> VideoDit<B> {
+    /// The clip as tokens, frames end to end, with both position waves. Shapes:
+    /// `x [B, F, C, H, W]` → `[B, F·N, D]`.
+    pub fn embed(&self, x: Tensor<B, 5>) -> Tensor<B, 3> {
+        let [b, f, c, h, w] = x.dims();
+        let tokens = self.pos_embed.forward(x.reshape([b * f, c, h, w])); // [B·F, N, D]
+        let [_, n, d] = tokens.dims();
+        add_frame_wave(tokens.reshape([b, f, n, d])).reshape([b, f * n, d])
+    }
+
+    /// Shapes: `x [B, F, C, H, W]`, `t [B]` on the 0..1000 scale, `labels [B, 2]` (the null
+    /// class for "no label") → velocity `[B, F, C, H, W]`.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 5>,
+        t: Tensor<B, 1>,
+        labels: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 5> {
+        let [b, f, c, h, w] = x.dims();
+        let mut tokens = self.embed(x);
+        for (i, block) in self.transformer_blocks.iter().enumerate() {
+            tokens = block.forward(tokens, t.clone(), labels.clone(), self.config.grouping(i));
+        }
+        let cond = self.transformer_blocks[0].norm1.emb.forward(t, labels); // [B, D]
+        let out = head(&self.proj_out_1, &self.proj_out_2, tokens, cond); // [B, F·N, p·p·C]
+        let [_, _, pp] = out.dims();
+        let n = self.config.patches();
+        unpatchify(out.reshape([b * f, n, pp]), self.config.patch_size, c, h, w)
+            .reshape([b, f, c, h, w])
+    }
+
+    /// The flow-matching loss of a batch of clips.
+    pub fn flow_loss(&self, batch: FlowBatch<B, 5>) -> Tensor<B, 1> {
+        let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
+        mse(self.forward(xt, batch.t * 1000.0, batch.labels), target)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for VideoDit<B> {
+    type Input = FlowBatch<B, 5>;
+    type Output = LossOutput<B::InnerBackend>;
+
+    fn step(&self, batch: FlowBatch<B, 5>) -> TrainOutput<LossOutput<B::InnerBackend>> {
+        let count = batch.x.dims().iter().product();
+        let loss = self.flow_loss(batch);
+        let grads = loss.backward();
+        TrainOutput::new(
+            self,
+            grads,
+            LossOutput {
+                loss: loss.inner(),
+                count,
+            },
+        )
+    }
+}
+
+impl<B: Backend> InferenceStep for VideoDit<B> {
+    type Input = FlowBatch<B, 5>;
+    type Output = LossOutput<B>;
+
+    fn step(&self, batch: FlowBatch<B, 5>) -> LossOutput<B> {
+        let count = batch.x.dims().iter().product();
+        LossOutput {
+            loss: self.flow_loss(batch),
+            count,
+        }
+    }
+}
+
+impl<B: Backend> Velocity<B, 5> for VideoDit<B> {
+    fn velocity(
+        &self,
+        x: Tensor<B, 5>,
+        t: Tensor<B, 1>,
+        labels: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 5> {
+        self.forward(x, t * 1000.0, labels)
+    }
+
+    fn null_label(&self) -> i64 {
+        self.config.classes as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{AB, TB, to_vec};
+    use burn::tensor::Distribution;
+
+    fn small(attention: Attention) -> VideoDitConfig {
+        VideoDitConfig::new()
+            .with_frames(3)
+            .with_sample_size(8)
+            .with_num_layers(2)
+            .with_num_attention_heads(2)
+            .with_attention_head_dim(4)
+            .with_attention(attention)
+    }
+
+    /// Scrambles every parameter (the adaLN maps and the output start at zero, which would hide
+    /// nearly everything).
+    fn scrambled<B: Backend>(config: &VideoDitConfig, seed: u64) -> VideoDit<B> {
+        let model = config.init::<B>(&Default::default());
+        let tensors: std::collections::HashMap<_, _> = crate::named::export(&model)
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut t)| {
+                let mut r = xorshift(seed + k as u64);
+                t.data.iter_mut().for_each(|v| *v = r() as f32 * 0.5);
+                (t.name.clone(), t)
+            })
+            .collect();
+        crate::named::import(model, tensors, std::path::Path::new("test")).expect("import")
+    }
+
+    /// A small generator, so this crate's tests need no data crate.
+    fn xorshift(seed: u64) -> impl FnMut() -> f64 {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        }
+    }
+
+    fn inputs<B: Backend>(c: &VideoDitConfig) -> (Tensor<B, 5>, Tensor<B, 1>, Tensor<B, 2, Int>) {
+        let dev = Default::default();
+        let x = Tensor::<B, 5>::random(
+            [2, c.frames, 1, c.sample_size, c.sample_size],
+            Distribution::Normal(0.0, 3.0),
+            &dev,
+        );
+        let t = Tensor::<B, 1>::from_data([250.0, 800.0], &dev);
+        let labels = Tensor::<B, 2, Int>::from_data([[3, 7], [1, 10]], &dev);
+        (x, t, labels)
+    }
+
+    #[test]
+    fn three_and_seven_is_seven_and_three() {
+        let c = small(Attention::Factorised);
+        let model = scrambled::<TB>(&c, 1);
+        let (x, t, labels) = inputs::<TB>(&c);
+        let swapped = labels.clone().flip([1]);
+        let a = to_vec(model.forward(x.clone(), t.clone(), labels));
+        let b = to_vec(model.forward(x, t, swapped));
+        assert!(
+            a.iter().any(|v| v.abs() > 1e-3),
+            "a scrambled model says something"
+        );
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() <= 1e-12 * (1.0 + u.abs()), "{u} vs {v}");
+        }
+    }
+
+    /// In the factorised model with one spatial block only, no frame can hear from another: the
+    /// velocity of frame 0 does not move when frame 2 changes. Add the temporal block and it does.
+    #[test]
+    fn frames_meet_only_through_the_temporal_block() {
+        for (layers, should_hear) in [(1, false), (2, true)] {
+            let c = small(Attention::Factorised).with_num_layers(layers);
+            let model = scrambled::<TB>(&c, 2);
+            let (x, t, labels) = inputs::<TB>(&c);
+            let frame0 = |x: Tensor<TB, 5>| {
+                to_vec(
+                    model
+                        .forward(x, t.clone(), labels.clone())
+                        .slice([0..2, 0..1]),
+                )
+            };
+            let before = frame0(x.clone());
+            let bumped = x.clone().slice_assign(
+                [0..2, 2..3, 0..1, 0..8, 0..8],
+                Tensor::ones([2, 1, 1, 8, 8], &Default::default()) * 5.0,
+            );
+            let after = frame0(bumped);
+            let moved = before
+                .iter()
+                .zip(&after)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            if should_hear {
+                assert!(
+                    moved > 1e-3,
+                    "the temporal block carries frame 2 to frame 0: {moved}"
+                );
+            } else {
+                assert_eq!(moved, 0.0, "a spatial block alone keeps frames apart");
+            }
+        }
+    }
+
+    /// Full and factorised attention are one parameter layout: the same weights load into both,
+    /// and they differ only in what the blocks let attend.
+    #[test]
+    fn full_and_factorised_share_weights_and_differ_in_output() {
+        let f = scrambled::<TB>(&small(Attention::Factorised), 3);
+        let full = scrambled::<TB>(&small(Attention::Full), 3);
+        let (x, t, labels) = inputs::<TB>(&f.config);
+        let a = to_vec(f.forward(x.clone(), t.clone(), labels.clone()));
+        let b = to_vec(full.forward(x, t, labels));
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().zip(&b).any(|(u, v)| (u - v).abs() > 1e-6));
+    }
+
+    #[test]
+    fn every_parameter_gets_a_gradient() {
+        let c = small(Attention::Factorised);
+        let model = scrambled::<AB>(&c, 4);
+        let (x, t, labels) = inputs::<AB>(&c);
+        let loss = model.forward(x, t, labels).square().mean();
+        let grads = loss.backward();
+        for g in crate::named::export_grads(&model, &grads) {
+            if g.name.ends_with("attn1.to_k.bias") {
+                // Adding one vector to every key shifts a whole row of scores, which softmax
+                // cannot see: this gradient is zero (up to rounding) by design.
+                assert!(g.data.iter().all(|v| v.abs() < 1e-9), "{}", g.name);
+                continue;
+            }
+            assert!(
+                g.data.iter().any(|&v| v != 0.0) && g.data.iter().all(|v| v.is_finite()),
+                "{} has no gradient",
+                g.name
+            );
+        }
+    }
+}

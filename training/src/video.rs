@@ -1,0 +1,899 @@
+//! The video DiT on the shared path: clips of two digits moving apart as flow-matching batches,
+//! a validation loss on fixed clips and fixed noise, the label gap, flicker, and a judge that
+//! reads the drawn clips frame by frame.
+//!
+//! What each measurement is for. Validation loss says the model is learning something; the label
+//! gap (the same validation with wrong labels, minus the right one) says it is learning to use
+//! its labels, which a model of scattered digits in the reference crate barely did. Flicker (the
+//! mean change from frame to frame) says whether the drawn digits move as much as real ones. And
+//! the judge says whether they are the digits asked for, all the way through: every pair of digits
+//! (55 of them) is drawn and read back in frames 2–7; "mostly right" is the digit read most often
+//! in each place being the ones asked for (either way round: a model that adds its two labels
+//! cannot know which goes where), "held" is each place read as one digit in every judged frame.
+//! Real clips are judged the same way first, and set the ceiling.
+
+use crate::checkpoint::replace_dir;
+use crate::dit::{DrawSettings, TimeSampling};
+use crate::loader::BatchSource;
+use crate::mnist::MnistOptions;
+use crate::optim::OptimizerSpec;
+use crate::report::{Reporter, duration};
+use crate::run::{RunConfig, TrainError, fit};
+use crate::schedule::WarmupCosine;
+use crate::strategy::{EpochHook, EpochInfo, Score};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::metric::{LearningRateMetric, LossMetric};
+use nervus_datasets::mnist::{SIDE, Split};
+use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES, WINDOW};
+use nervus_datasets::rng::Rng;
+use nervus_inference::flow::sample;
+use nervus_inference::render::{clips_gif, grid_png};
+use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::flow::{FlowBatch, noised};
+use nervus_models::mlp::Mlp;
+use nervus_models::video_dit::VideoDit;
+use nervus_models::video_pipeline;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const EVAL_SEED: u64 = 0xC1_1B5;
+const DRAW_SEED: u64 = 0x6E1F;
+const GUESS_SEED: u64 = 0x6E55;
+/// Noise levels validation is measured at (1/16, 3/16, … 15/16).
+pub const EVAL_LEVELS: usize = 8;
+/// Frames the judge reads: before frame 2 the two windows still overlap.
+pub const JUDGED: std::ops::Range<usize> = 2..FRAMES;
+/// The pairs shown in the sheet and the GIF (the reference crate's).
+pub const SHOWCASE: [(u8, u8); 8] = [
+    (3, 7),
+    (0, 1),
+    (2, 5),
+    (4, 9),
+    (6, 8),
+    (1, 1),
+    (2, 7),
+    (3, 8),
+];
+const CLIP: usize = FRAMES * FRAME * FRAME;
+
+fn to_model(v: f32) -> f32 {
+    v * 2.0 - 1.0
+}
+
+fn flow_batch<B: Backend>(
+    x: Vec<f32>,
+    noise: Vec<f32>,
+    t: Vec<f32>,
+    labels: Vec<i64>,
+    device: &B::Device,
+) -> FlowBatch<B, 5> {
+    let b = t.len();
+    let shape = [b, FRAMES, 1, FRAME, FRAME];
+    FlowBatch {
+        x: Tensor::from_data(TensorData::new(x, shape), device),
+        noise: Tensor::from_data(TensorData::new(noise, shape), device),
+        t: Tensor::from_data(TensorData::new(t, [b]), device),
+        labels: Tensor::from_data(TensorData::new(labels, [b, 2]), device),
+    }
+}
+
+/// Training batches: clips of random digits made on the spot; batch `n` of the run is a function
+/// of the seed and `n` alone.
+pub struct ClipSource {
+    clips: Arc<Clips>,
+    batch: usize,
+    seed: u64,
+    label_dropout: f64,
+    time: TimeSampling,
+    null: i64,
+    epochs: Vec<usize>,
+}
+
+impl ClipSource {
+    pub fn new(
+        clips: Arc<Clips>,
+        batch: usize,
+        seed: u64,
+        label_dropout: f64,
+        time: TimeSampling,
+        classes: usize,
+        epochs: Vec<usize>,
+    ) -> Self {
+        Self {
+            clips,
+            batch,
+            seed,
+            label_dropout,
+            time,
+            null: classes as i64,
+            epochs,
+        }
+    }
+}
+
+impl<B: Backend> BatchSource<B> for ClipSource {
+    type Batch = FlowBatch<B, 5>;
+
+    fn batches(&self, epoch: usize) -> usize {
+        crate::loader::batches_in(&self.epochs, epoch)
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.batch
+    }
+
+    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> FlowBatch<B, 5> {
+        let n = crate::loader::run_index(&self.epochs, epoch, index);
+        let mut rng = Rng::stream(self.seed, n as u64);
+        let (mut x, mut noise, mut t, mut labels) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..self.batch {
+            let clip = self.clips.random(&mut rng);
+            x.extend(clip.pixels.iter().map(|&v| to_model(v)));
+            if rng.uniform() < self.label_dropout {
+                labels.extend([self.null, self.null]);
+            } else {
+                labels.extend(clip.digits.map(|d| d as i64));
+            }
+            t.push(match self.time {
+                TimeSampling::Uniform => rng.uniform() as f32,
+                TimeSampling::LogitNormal => (1.0 / (1.0 + (-rng.normal()).exp())) as f32,
+            });
+            noise.extend((0..CLIP).map(|_| rng.normal() as f32));
+        }
+        flow_batch(x, noise, t, labels, device)
+    }
+}
+
+/// The validation questions: fixed test clips at 8 noise levels with noise drawn once, and for
+/// each clip a wrong pair of labels (a different pair, either way round) for the label gap.
+pub struct FixedClips {
+    x: Vec<f32>,
+    labels: Vec<i64>,
+    wrong: Vec<i64>,
+    noise: Vec<Vec<f32>>,
+    clips: usize,
+}
+
+impl FixedClips {
+    pub fn new(test: &Clips, clips: usize) -> Self {
+        let mut rng = Rng::new(EVAL_SEED);
+        let (mut x, mut labels, mut wrong) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..clips {
+            let c = test.random(&mut rng);
+            x.extend(c.pixels.iter().map(|&v| to_model(v)));
+            let [a, b] = c.digits.map(|d| d as i64);
+            labels.extend([a, b]);
+            loop {
+                let (wa, wb) = (
+                    (a + 1 + rng.below(9) as i64) % 10,
+                    (b + 1 + rng.below(9) as i64) % 10,
+                );
+                if (wa, wb) != (b, a) {
+                    wrong.extend([wa, wb]);
+                    break;
+                }
+            }
+        }
+        let noise = (0..EVAL_LEVELS)
+            .map(|_| (0..clips * CLIP).map(|_| rng.normal() as f32).collect())
+            .collect();
+        Self {
+            x,
+            labels,
+            wrong,
+            noise,
+            clips,
+        }
+    }
+
+    fn level_batch<B: Backend>(
+        &self,
+        level: usize,
+        wrong: bool,
+        device: &B::Device,
+    ) -> FlowBatch<B, 5> {
+        let t = (2 * level + 1) as f32 / (2 * EVAL_LEVELS) as f32;
+        flow_batch(
+            self.x.clone(),
+            self.noise[level].clone(),
+            vec![t; self.clips],
+            if wrong {
+                self.wrong.clone()
+            } else {
+                self.labels.clone()
+            },
+            device,
+        )
+    }
+
+    /// Validation loss over every level, with the right labels or the wrong ones.
+    pub fn loss<B: Backend>(&self, model: &VideoDit<B>, wrong: bool) -> f64 {
+        let device = model.proj_out_2.weight.device();
+        (0..EVAL_LEVELS)
+            .map(|l| {
+                model
+                    .flow_loss(self.level_batch(l, wrong, &device))
+                    .into_scalar()
+                    .elem::<f64>()
+            })
+            .sum::<f64>()
+            / EVAL_LEVELS as f64
+    }
+}
+
+impl<B: Backend> BatchSource<B> for FixedClips {
+    type Batch = FlowBatch<B, 5>;
+
+    fn batches(&self, _epoch: usize) -> usize {
+        EVAL_LEVELS
+    }
+
+    fn items_per_batch(&self) -> usize {
+        self.clips
+    }
+
+    fn batch(&self, _epoch: usize, level: usize, device: &B::Device) -> FlowBatch<B, 5> {
+        self.level_batch(level, false, device)
+    }
+}
+
+/// A 14×14 window blown up to 28×28 (each pixel doubled), as bytes: the MNIST classifier's input.
+pub fn window_as_digit(w: &[f32]) -> Vec<u8> {
+    (0..SIDE * SIDE)
+        .map(|k| {
+            let (y, x) = (k / SIDE / 2, (k % SIDE) / 2);
+            (w[y * WINDOW + x].clamp(0.0, 1.0) * 255.0).round() as u8
+        })
+        .collect()
+}
+
+/// Windows around both digits in every frame of `n` random clips, labelled with the digit meant
+/// to be there; frame `f`'s windows only if `frame` is `None` or `Some(f)`.
+pub fn window_split(clips: &Clips, n: usize, seed: u64, frame: Option<usize>) -> Split {
+    let mut rng = Rng::new(seed);
+    let (mut images, mut labels) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let c = clips.random(&mut rng);
+        for f in (0..FRAMES).filter(|&f| frame.is_none_or(|g| g == f)) {
+            for which in 0..2 {
+                images.extend(window_as_digit(&c.window(f, which)));
+                labels.push(c.digits[which]);
+            }
+        }
+    }
+    Split { images, labels }
+}
+
+/// What the judge read in one batch of windows.
+fn read_windows<B: Backend>(judge: &Mlp<B>, windows: &[Vec<f32>]) -> Vec<u8> {
+    let device = judge.fc1.weight.device();
+    let flat: Vec<f32> = windows
+        .iter()
+        .flat_map(|w| window_as_digit(w).into_iter().map(|p| p as f32 / 255.0))
+        .collect();
+    let x = Tensor::<B, 2>::from_data(TensorData::new(flat, [windows.len(), SIDE * SIDE]), &device);
+    judge
+        .forward(x)
+        .argmax(1)
+        .into_data()
+        .iter::<i64>()
+        .map(|v| v as u8)
+        .collect()
+}
+
+/// The judge and how well it reads real clips, frame by frame.
+pub struct Judge<B: Backend> {
+    pub model: Mlp<B>,
+    /// Share of real test windows read right, per frame.
+    pub per_frame: Vec<f64>,
+    pub seconds: f64,
+}
+
+/// Trains the MNIST MLP on windows cut from real clips (`clips` training clips), and measures it
+/// frame by frame on windows from test clips.
+pub fn train_judge<B: AutodiffBackend>(
+    train: &Clips,
+    test: &Clips,
+    clips: usize,
+    save: Option<PathBuf>,
+    run_dir: PathBuf,
+    device: &B::Device,
+) -> Result<Judge<B::InnerBackend>, TrainError> {
+    let start = std::time::Instant::now();
+    let opts = MnistOptions {
+        hidden: 128,
+        optimizer: OptimizerSpec::Sgd { momentum: 0.9 },
+        lr: 0.02,
+        epochs: 6,
+        batch: 32,
+        seed: 1,
+        save,
+        run_dir,
+    };
+    let (model, _) = crate::mnist::train::<B>(
+        &opts,
+        Arc::new(window_split(train, clips, 11, None)),
+        Arc::new(window_split(test, 200, 12, None)),
+        Reporter::silent(),
+        device,
+    )?;
+    let per_frame = judge_frames(&model, test);
+    Ok(Judge {
+        model,
+        per_frame,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Share of real test windows the judge reads right, frame by frame (400 windows a frame).
+pub fn judge_frames<B: Backend>(judge: &Mlp<B>, test: &Clips) -> Vec<f64> {
+    (0..FRAMES)
+        .map(|f| {
+            let s = window_split(test, 200, 13, Some(f));
+            let windows: Vec<Vec<f32>> = (0..s.len())
+                .map(|i| window_from_digit(s.image(i)))
+                .collect();
+            let read = read_windows(judge, &windows);
+            read.iter().zip(&s.labels).filter(|(r, l)| r == l).count() as f64 / s.len() as f64
+        })
+        .collect()
+}
+
+/// The inverse of [`window_as_digit`]: a 28×28 doubled window back to 14×14 in 0..1.
+fn window_from_digit(d: &[u8]) -> Vec<f32> {
+    (0..WINDOW * WINDOW)
+        .map(|k| d[(k / WINDOW) * 2 * SIDE + (k % WINDOW) * 2] as f32 / 255.0)
+        .collect()
+}
+
+/// The centres of both digits in frame `f` if they move apart along `angle`.
+fn centres(angle: f64, f: usize) -> [(f64, f64); 2] {
+    let mid = FRAME as f64 / 2.0;
+    let d = moving::SPEED * f as f64;
+    let (uy, ux) = (angle.sin(), angle.cos());
+    [(mid + d * uy, mid + d * ux), (mid - d * uy, mid - d * ux)]
+}
+
+/// Where a clip's digits went: every clip makes the same journey but in its own direction, so the
+/// direction (one of 180, half a turn: the other half swaps the digits) is the one that puts the
+/// most ink near the two centres over the judged frames. "Near" is a Gaussian of 3 pixels around
+/// each centre: MNIST centres every digit on its centre of mass, so the ink peaks there, where a
+/// flat window's sum would plateau over a range of directions.
+pub fn find_direction(pixels: &[f32]) -> f64 {
+    let score = |angle: f64| -> f64 {
+        let mut s = 0.0;
+        for f in JUDGED {
+            let frame = &pixels[f * FRAME * FRAME..(f + 1) * FRAME * FRAME];
+            for (cy, cx) in centres(angle, f) {
+                let (y0, y1) = (
+                    (cy - 7.0).max(0.0) as usize,
+                    (cy + 8.0).min(FRAME as f64) as usize,
+                );
+                let (x0, x1) = (
+                    (cx - 7.0).max(0.0) as usize,
+                    (cx + 8.0).min(FRAME as f64) as usize,
+                );
+                for y in y0..y1 {
+                    for x in x0..x1 {
+                        // Pixel (y, x) sits at (y + 0.5, x + 0.5).
+                        let d2 = (y as f64 + 0.5 - cy).powi(2) + (x as f64 + 0.5 - cx).powi(2);
+                        s += frame[y * FRAME + x].clamp(0.0, 1.0) as f64 * (-d2 / 18.0).exp();
+                    }
+                }
+            }
+        }
+        s
+    };
+    (0..180)
+        .map(|k| k as f64 * std::f64::consts::PI / 180.0)
+        .map(|angle| (angle, score(angle)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(0.0, |(a, _)| a)
+}
+
+/// The judge's reading of clips asked for `pairs`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClipVerdict {
+    /// Clips whose most-read digit in each place are the two asked for.
+    pub mostly_right: usize,
+    /// Clips where each place reads as one digit in every judged frame.
+    pub held: usize,
+    pub clips: usize,
+}
+
+impl ClipVerdict {
+    pub fn mostly_right_share(&self) -> f64 {
+        self.mostly_right as f64 / self.clips.max(1) as f64
+    }
+    pub fn held_share(&self) -> f64 {
+        self.held as f64 / self.clips.max(1) as f64
+    }
+}
+
+/// Reads every clip (0..1 pixels, `CLIP` each) asked for `pairs`, in frames 2–7 of the direction
+/// [`find_direction`] finds.
+pub fn judge_clips<B: Backend>(
+    judge: &Mlp<B>,
+    clips: &[Vec<f32>],
+    pairs: &[(u8, u8)],
+) -> ClipVerdict {
+    let mut windows = Vec::new();
+    for c in clips {
+        let angle = find_direction(c);
+        for f in JUDGED {
+            let frame = &c[f * FRAME * FRAME..(f + 1) * FRAME * FRAME];
+            windows.extend(centres(angle, f).map(|p| moving::window(frame, p)));
+        }
+    }
+    let read = read_windows(judge, &windows);
+    let per_clip = JUDGED.len() * 2;
+    let mut v = ClipVerdict {
+        clips: clips.len(),
+        ..Default::default()
+    };
+    for (k, &(a, b)) in pairs.iter().enumerate() {
+        let r = &read[k * per_clip..(k + 1) * per_clip];
+        let place =
+            |which: usize| -> Vec<u8> { r.iter().skip(which).step_by(2).copied().collect() };
+        let (p0, p1) = (place(0), place(1));
+        let mut modes = [mode(&p0), mode(&p1)];
+        modes.sort();
+        let mut asked = [a, b];
+        asked.sort();
+        if modes == asked {
+            v.mostly_right += 1;
+        }
+        if p0.iter().all(|&d| d == p0[0]) && p1.iter().all(|&d| d == p1[0]) {
+            v.held += 1;
+        }
+    }
+    v
+}
+
+/// The most frequent value (the smallest on a tie).
+fn mode(v: &[u8]) -> u8 {
+    let mut count = [0usize; 256];
+    for &d in v {
+        count[d as usize] += 1;
+    }
+    (0..=255u8)
+        .max_by_key(|&d| (count[d as usize], std::cmp::Reverse(d)))
+        .unwrap_or(0)
+}
+
+/// Real test clips of `pairs`, one each, reproducibly: the ceiling for the judge's table.
+pub fn real_clips(test: &Clips, pairs: &[(u8, u8)]) -> Vec<Clip> {
+    let mut rng = Rng::new(DRAW_SEED ^ 0x5EA1);
+    pairs
+        .iter()
+        .map(|&(a, b)| test.of(a, b, &mut rng))
+        .collect()
+}
+
+/// The fixed noise clip `k` is drawn from.
+pub fn draw_noise(k: usize) -> Vec<f32> {
+    let mut rng = Rng::stream(DRAW_SEED, k as u64);
+    (0..CLIP).map(|_| rng.normal() as f32).collect()
+}
+
+/// Draws one clip for each pair, clip `k` from [`draw_noise`]`(k)`, in chunks of `chunk` clips;
+/// pixels in 0..1.
+pub fn draw<B: Backend>(
+    model: &VideoDit<B>,
+    pairs: &[(u8, u8)],
+    settings: DrawSettings,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
+    let device = model.proj_out_2.weight.device();
+    let mut out = Vec::with_capacity(pairs.len());
+    for (c, part) in pairs.chunks(chunk.max(1)).enumerate() {
+        let n = part.len();
+        let x1: Vec<f32> = (0..n).flat_map(|k| draw_noise(c * chunk + k)).collect();
+        let labels: Vec<i64> = part
+            .iter()
+            .flat_map(|&(a, b)| [a as i64, b as i64])
+            .collect();
+        let x1 =
+            Tensor::<B, 5>::from_data(TensorData::new(x1, [n, FRAMES, 1, FRAME, FRAME]), &device);
+        let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
+        let px: Vec<f32> = sample(model, x1, labels, settings.steps, settings.guidance)
+            .into_data()
+            .iter::<f32>()
+            .map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0))
+            .collect();
+        out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
+    }
+    out
+}
+
+/// The model's one-step guess at half-noised real clips: rows of (real, noised, guess) for each
+/// clip, frames left to right; values in 0..1.
+pub fn guesses<B: Backend>(model: &VideoDit<B>, real: &[Clip]) -> Vec<Vec<f32>> {
+    let device = model.proj_out_2.weight.device();
+    let n = real.len();
+    let mut rng = Rng::new(GUESS_SEED);
+    let x: Vec<f32> = real
+        .iter()
+        .flat_map(|c| c.pixels.iter().map(|&v| to_model(v)))
+        .collect();
+    let noise: Vec<f32> = (0..n * CLIP).map(|_| rng.normal() as f32).collect();
+    let shape = [n, FRAMES, 1, FRAME, FRAME];
+    let x = Tensor::<B, 5>::from_data(TensorData::new(x, shape), &device);
+    let noise = Tensor::<B, 5>::from_data(TensorData::new(noise, shape), &device);
+    let t = Tensor::<B, 1>::full([n], 0.5, &device);
+    let (xt, _) = noised(x, noise, t.clone());
+    let labels: Vec<i64> = real
+        .iter()
+        .flat_map(|c| c.digits.map(|d| d as i64))
+        .collect();
+    let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
+    let v = model.forward(xt.clone(), t * 1000.0, labels);
+    let guess = xt.clone() - v * 0.5;
+    let unit = |t: Tensor<B, 5>| -> Vec<f32> {
+        t.into_data()
+            .iter::<f32>()
+            .map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0))
+            .collect()
+    };
+    let (noised_px, guess_px) = (unit(xt), unit(guess));
+    let mut rows = Vec::new();
+    for k in 0..n {
+        for src in [
+            &real[k].pixels,
+            &noised_px[k * CLIP..(k + 1) * CLIP].to_vec(),
+            &guess_px[k * CLIP..(k + 1) * CLIP].to_vec(),
+        ] {
+            rows.extend(src.chunks(FRAME * FRAME).map(|f| f.to_vec()));
+        }
+    }
+    rows
+}
+
+/// Writes a sheet (one clip a row, frames left to right) and a GIF of `clips`.
+pub fn write_clips(clips: &[Vec<f32>], sheet: &Path, gif: &Path) -> Result<(), String> {
+    let frames: Vec<Vec<f32>> = clips
+        .iter()
+        .flat_map(|c| c.chunks(FRAME * FRAME).map(|f| f.to_vec()))
+        .collect();
+    grid_png(&frames, clips.len(), FRAMES, FRAME, 2, sheet)?;
+    let as_frames: Vec<Vec<Vec<f32>>> = clips
+        .iter()
+        .map(|c| c.chunks(FRAME * FRAME).map(|f| f.to_vec()).collect())
+        .collect();
+    clips_gif(&as_frames, 4, FRAME, 3, 125, gif)
+}
+
+/// What a video run was, saved beside the pipeline as `training.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VideoSettings {
+    pub data: String,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub decay_to: f64,
+    pub clip: Option<f64>,
+    pub seed: u64,
+    pub label_dropout: f64,
+    pub time: TimeSampling,
+    pub draw: DrawSettings,
+    pub backend: String,
+    pub step: usize,
+    pub valid_loss: Option<f64>,
+    pub label_gap: Option<f64>,
+    pub mostly_right: Option<f64>,
+}
+
+/// Everything a video run needs besides the data, the judge and the model.
+#[derive(Clone, Debug)]
+pub struct VideoOptions {
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub warmup: usize,
+    pub decay_to: f64,
+    pub clip: Option<f64>,
+    pub weight_decay: f64,
+    pub seed: u64,
+    pub eval_every: usize,
+    pub eval_clips: usize,
+    pub label_dropout: f64,
+    pub time: TimeSampling,
+    pub draw: DrawSettings,
+    /// Judge all 55 pairs at every checkpoint (else only the showcase pairs, and all 55 at the end).
+    pub judge_every: bool,
+    pub save: Option<PathBuf>,
+    pub out: PathBuf,
+    pub run_dir: PathBuf,
+    pub resume: bool,
+    /// End the run cleanly (checkpoint written) at the first evaluation at or after this step,
+    /// to be continued with `resume`: training in sessions.
+    pub stop_after: Option<usize>,
+    pub data_name: String,
+}
+
+/// One checkpoint's measurements.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VideoCheckpoint {
+    pub step: usize,
+    pub train_loss: f64,
+    pub valid_loss: f64,
+    pub label_gap: f64,
+    pub flicker: f64,
+    pub verdict: Option<ClipVerdict>,
+    pub seconds: f64,
+}
+
+/// What the run measured.
+#[derive(Clone, Debug, Default)]
+pub struct VideoReport {
+    pub checkpoints: Vec<VideoCheckpoint>,
+    pub best: Option<(usize, f64)>,
+    pub seconds: f64,
+}
+
+/// Writes the pipeline and `training.json` into `dir`, replacing what was there in one move.
+pub fn save_pipeline<B: Backend>(
+    model: &VideoDit<B>,
+    settings: &VideoSettings,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    replace_dir(dir, |staging| {
+        video_pipeline::save_pipeline(model, staging)?;
+        write_json(&staging.join("training.json"), settings)
+    })
+}
+
+struct VideoHook<I: Backend> {
+    report: Reporter,
+    opts: VideoOptions,
+    judge: Mlp<I>,
+    eval: Arc<FixedClips>,
+    guess_clips: Vec<Clip>,
+    settings: VideoSettings,
+    best: f64,
+    last_step: usize,
+    out: Arc<Mutex<VideoReport>>,
+}
+
+impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
+    fn stop_requested(&self) -> bool {
+        self.opts
+            .stop_after
+            .is_some_and(|s| self.last_step >= s && self.last_step < self.opts.steps)
+    }
+
+    fn baseline(&mut self, valid: Score, _model: &VideoDit<I>) -> Result<(), String> {
+        self.best = self.best.min(valid.loss());
+        Ok(())
+    }
+
+    fn after_epoch(&mut self, info: &EpochInfo, model: &VideoDit<I>) -> Result<(), String> {
+        self.last_step = info.step;
+        let last = info.epoch == info.epochs;
+        let pairs = if self.opts.judge_every || last {
+            moving::pairs()
+        } else {
+            SHOWCASE.to_vec()
+        };
+        let drawn = draw(model, &pairs, self.opts.draw, 16);
+        let flicker = moving::flicker(&drawn.concat());
+        let verdict = (pairs.len() == 55).then(|| judge_clips(&self.judge, &drawn, &pairs));
+        let showcase: Vec<Vec<f32>> = SHOWCASE
+            .iter()
+            .map(|&(a, b)| {
+                let key = (a.min(b), a.max(b));
+                let k = pairs
+                    .iter()
+                    .position(|&p| p == key || p == (a, b))
+                    .unwrap_or(0);
+                drawn[k].clone()
+            })
+            .collect();
+        let name = format!("step{:05}", info.step);
+        write_clips(
+            &showcase,
+            &self.opts.out.join(format!("clips-{name}.png")),
+            &self.opts.out.join(format!("clips-{name}.gif")),
+        )?;
+        let g = guesses(model, &self.guess_clips);
+        grid_png(
+            &g,
+            g.len() / FRAMES,
+            FRAMES,
+            FRAME,
+            2,
+            &self.opts.out.join(format!("guess-{name}.png")),
+        )?;
+        let valid = info.valid.loss();
+        let gap = self.eval.loss(model, true) - self.eval.loss(model, false);
+        let mut note = String::new();
+        if valid < self.best {
+            self.best = valid;
+            self.out.lock().expect("report").best = Some((info.step, valid));
+            if let Some(dir) = &self.opts.save {
+                self.settings.step = info.step;
+                self.settings.valid_loss = Some(valid);
+                self.settings.label_gap = Some(gap);
+                self.settings.mostly_right = verdict.as_ref().map(|v| v.mostly_right_share());
+                save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
+                note = "  saved".into();
+            }
+        }
+        let judged = match &verdict {
+            Some(v) => format!(
+                "  judge: mostly right {}/55, held {}/55",
+                v.mostly_right, v.held
+            ),
+            None => String::new(),
+        };
+        self.report.line(format!(
+            "step {:>5}  train loss {:.4}  validation loss {:.4}  label gap {:+.4}  flicker {:.3}{judged}  ({}){note}",
+            info.step,
+            info.train.loss(),
+            valid,
+            gap,
+            flicker,
+            duration(info.elapsed)
+        ));
+        let mut out = self.out.lock().expect("report");
+        out.checkpoints.push(VideoCheckpoint {
+            step: info.step,
+            train_loss: info.train.loss(),
+            valid_loss: valid,
+            label_gap: gap,
+            flicker,
+            verdict,
+            seconds: info.elapsed,
+        });
+        out.seconds = info.elapsed;
+        write_json(&self.opts.out.join("checkpoints.json"), &out.checkpoints)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Trains `model` on clips from `train`, validating on clips from `test`, judged by `judge`.
+pub fn train<B: AutodiffBackend>(
+    opts: &VideoOptions,
+    train: Arc<Clips>,
+    test: &Clips,
+    judge: Mlp<B::InnerBackend>,
+    model: VideoDit<B>,
+    report: Reporter,
+) -> Result<(VideoReport, VideoDit<B::InnerBackend>), TrainError> {
+    let classes = model.config.classes;
+    // A resumed run must not replace a better model saved before it was stopped.
+    let mut best = f64::INFINITY;
+    if opts.resume
+        && let Some(dir) = &opts.save
+        && let Ok(s) = read_json::<VideoSettings>(&dir.join("training.json"))
+        && let Some(v) = s.valid_loss
+    {
+        best = v;
+    }
+    let settings = VideoSettings {
+        data: opts.data_name.clone(),
+        steps: opts.steps,
+        batch: opts.batch,
+        lr: opts.lr,
+        warmup: opts.warmup,
+        decay_to: opts.decay_to,
+        clip: opts.clip,
+        seed: opts.seed,
+        label_dropout: opts.label_dropout,
+        time: opts.time,
+        draw: opts.draw,
+        backend: crate::backend::NAME.into(),
+        step: 0,
+        valid_loss: None,
+        label_gap: None,
+        mostly_right: None,
+    };
+    let eval = Arc::new(FixedClips::new(test, opts.eval_clips));
+    let mut rng = Rng::new(GUESS_SEED);
+    let guess_clips = [(3, 7), (0, 1), (4, 9)]
+        .iter()
+        .map(|&(a, b)| test.of(a, b, &mut rng))
+        .collect();
+    let out = Arc::new(Mutex::new(VideoReport::default()));
+    let hook = VideoHook {
+        report: report.clone(),
+        opts: opts.clone(),
+        judge,
+        eval: eval.clone(),
+        guess_clips,
+        settings,
+        best,
+        last_step: 0,
+        out: out.clone(),
+    };
+    let source = ClipSource::new(
+        train,
+        opts.batch,
+        opts.seed,
+        opts.label_dropout,
+        opts.time,
+        classes,
+        crate::loader::epoch_lengths(opts.steps, opts.eval_every),
+    );
+    let run = RunConfig {
+        dir: opts.run_dir.clone(),
+        epochs: source.epochs.len(),
+        accumulation: 1,
+        resume: opts.resume,
+        baseline: false,
+        report: report.clone(),
+        unit: Some((opts.batch as f64, "clips".into())),
+    };
+    let eval_source = FixedClips::new(test, opts.eval_clips);
+    let last = fit(
+        run,
+        model,
+        OptimizerSpec::adamw(opts.weight_decay).build(opts.clip),
+        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        source,
+        eval_source,
+        |t| {
+            t.metrics((LossMetric::new(),))
+                .metric_train_numeric(LearningRateMetric::new())
+        },
+        Box::new(hook),
+    )?;
+    let out = out.lock().expect("report").clone();
+    Ok((out, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nervus_datasets::mnist::Mnist;
+
+    #[test]
+    fn the_direction_finder_finds_a_real_clips_direction() {
+        let data = Mnist::vendored();
+        let clips = Clips::new(&data.test);
+        let mut rng = Rng::new(5);
+        let mut right = 0;
+        for _ in 0..40 {
+            let c = clips.random(&mut rng);
+            let found = find_direction(&c.pixels);
+            // The true direction modulo half a turn, against the found one.
+            let truth = (c.centres[7][0].0 - 16.0).atan2(c.centres[7][0].1 - 16.0);
+            let diff = (found - truth).rem_euclid(std::f64::consts::PI);
+            if diff.min(std::f64::consts::PI - diff) < 0.1 {
+                right += 1;
+            }
+        }
+        assert!(right >= 36, "found {right} of 40 directions");
+    }
+
+    #[test]
+    fn windows_blow_up_and_shrink_back_exactly() {
+        let w: Vec<f32> = (0..WINDOW * WINDOW)
+            .map(|k| (k % 256) as f32 / 255.0)
+            .collect();
+        assert_eq!(window_from_digit(&window_as_digit(&w)), w);
+    }
+
+    #[test]
+    fn the_mode_prefers_the_most_frequent_then_the_smallest() {
+        assert_eq!(mode(&[3, 7, 7, 3, 7]), 7);
+        assert_eq!(mode(&[9, 2]), 2);
+    }
+
+    #[test]
+    fn wrong_labels_are_never_the_right_pair() {
+        let data = Mnist::vendored();
+        let f = FixedClips::new(&Clips::new(&data.test), 50);
+        for (r, w) in f.labels.chunks(2).zip(f.wrong.chunks(2)) {
+            let (mut r, mut w) = (r.to_vec(), w.to_vec());
+            r.sort();
+            w.sort();
+            assert_ne!(r, w);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The video DiT on the shared path: a tiny model learns, and a run stopped and resumed is the
+//! run that never stopped (weights, optimizer, schedule and data position all come back).
+
+use burn::backend::Autodiff;
+use burn::prelude::*;
+use nervus_datasets::mnist::Mnist;
+use nervus_datasets::moving::Clips;
+use nervus_models::mlp::MlpConfig;
+use nervus_models::named;
+use nervus_models::video_dit::{VideoDit, VideoDitConfig};
+use nervus_training::dit::{DrawSettings, TimeSampling};
+use nervus_training::report::Reporter;
+use nervus_training::video::{VideoOptions, train};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+// Flex: bit-reproducible from run to run, and the resume test compares runs bit for bit.
+type B = Autodiff<burn::backend::Flex>;
+type I = burn::backend::Flex;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nervus-video-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Burn draws initial weights lazily from one process-wide generator: make a model and touch
+/// every parameter under one lock, or two tests side by side interleave their draws.
+static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn tiny() -> VideoDitConfig {
+    VideoDitConfig::new()
+        .with_num_layers(2)
+        .with_num_attention_heads(2)
+        .with_attention_head_dim(8)
+}
+
+fn fresh(seed: u64) -> VideoDit<B> {
+    let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    let dev = Default::default();
+    B::seed(&dev, seed);
+    let model = tiny().init::<B>(&dev);
+    let _ = named::export(&model);
+    model
+}
+
+fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
+    VideoOptions {
+        steps,
+        batch: 2,
+        lr,
+        warmup: 0,
+        decay_to: 0.1,
+        clip: Some(1.0),
+        weight_decay: 0.0,
+        seed: 5,
+        eval_every: every,
+        eval_clips: 2,
+        label_dropout: 0.1,
+        time: TimeSampling::Uniform,
+        draw: DrawSettings {
+            steps: 1,
+            guidance: 2.0,
+        },
+        judge_every: false,
+        save: Some(dir.join("model")),
+        out: dir.to_path_buf(),
+        run_dir: dir.join("train"),
+        resume: false,
+        stop_after: None,
+        data_name: "test".into(),
+    }
+}
+
+fn data() -> (Arc<Clips>, Clips) {
+    let m = Mnist::vendored();
+    (Arc::new(Clips::new(&m.train)), Clips::new(&m.test))
+}
+
+fn judge() -> nervus_models::mlp::Mlp<I> {
+    MlpConfig::new().init::<I>(&Default::default())
+}
+
+fn params(model: &VideoDit<I>) -> Vec<(String, Vec<f32>)> {
+    named::export(model)
+        .into_iter()
+        .map(|t| (t.name, t.data))
+        .collect()
+}
+
+#[test]
+fn a_tiny_video_model_learns_and_saves_its_best() {
+    let dir = scratch("learns");
+    let (train_clips, test) = data();
+    let opts = options(&dir, 40, 20, 3e-3);
+    let (report, _) = train(
+        &opts,
+        train_clips,
+        &test,
+        judge(),
+        fresh(3),
+        Reporter::silent(),
+    )
+    .unwrap();
+    let losses: Vec<f64> = report.checkpoints.iter().map(|c| c.valid_loss).collect();
+    assert_eq!(losses.len(), 2);
+    // A fresh model predicts zero velocity: loss E|ε − x|² ≈ 1 + E[x²] ≈ 1.9 on these clips.
+    assert!(losses.iter().all(|l| l.is_finite()));
+    assert!(losses[1] < 1.5, "validation after 40 steps: {losses:?}");
+    // The last checkpoint judges all 55 pairs and says how much the drawn clips move.
+    let last = report.checkpoints.last().unwrap();
+    assert_eq!(last.verdict.as_ref().map(|v| v.clips), Some(55));
+    assert!(last.flicker.is_finite());
+    for f in [
+        "clips-step00040.gif",
+        "clips-step00040.png",
+        "guess-step00040.png",
+    ] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let saved =
+        nervus_models::video_pipeline::load_pipeline::<I>(&dir.join("model"), &Default::default())
+            .unwrap();
+    assert_eq!(saved.config, tiny());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
+    let dir = scratch("resume");
+    let (train_clips, test) = data();
+    let whole_dir = dir.join("whole");
+    let (whole, whole_model) = train(
+        &options(&whole_dir, 4, 2, 1e-3),
+        train_clips.clone(),
+        &test,
+        judge(),
+        fresh(7),
+        Reporter::silent(),
+    )
+    .unwrap();
+    assert_eq!(whole.checkpoints.len(), 2);
+
+    let parts = dir.join("parts");
+    let mut first = options(&parts, 4, 2, 1e-3);
+    first.stop_after = Some(2);
+    let (stopped, _) = train(
+        &first,
+        train_clips.clone(),
+        &test,
+        judge(),
+        fresh(7),
+        Reporter::silent(),
+    )
+    .unwrap();
+    assert_eq!(
+        stopped.checkpoints.len(),
+        1,
+        "stopped at its first evaluation"
+    );
+    let mut second = options(&parts, 4, 2, 1e-3);
+    second.resume = true;
+    // Another starting model: the resume must replace it with the checkpoint's.
+    let (resumed, resumed_model) = train(
+        &second,
+        train_clips,
+        &test,
+        judge(),
+        fresh(999),
+        Reporter::silent(),
+    )
+    .unwrap();
+    assert_eq!(resumed.checkpoints.len(), 1);
+    let (a, b) = (&whole.checkpoints[1], &resumed.checkpoints[0]);
+    assert_eq!(a.step, b.step);
+    assert_eq!(a.train_loss.to_bits(), b.train_loss.to_bits());
+    assert_eq!(a.valid_loss.to_bits(), b.valid_loss.to_bits());
+    assert_eq!(a.label_gap.to_bits(), b.label_gap.to_bits());
+    assert_eq!(params(&whole_model), params(&resumed_model));
+    let _ = std::fs::remove_dir_all(dir);
+}
