@@ -20,7 +20,8 @@ use nervus_training::backend;
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
-    VideoOptions, draw, judge_clips, judge_frames, real_clips, train, train_judge, write_clips,
+    SHOWCASE, VideoOptions, draw, judge_clips, judge_frames, real_clips, train, train_judge,
+    write_clips,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -196,6 +197,17 @@ fn main() -> Result<()> {
         pairs.len(),
         moving::flicker(&real.concat())
     );
+
+    let showcase: Vec<Vec<f32>> = real_clips(&test_clips, &SHOWCASE)
+        .into_iter()
+        .map(|c| c.pixels)
+        .collect();
+    write_clips(
+        &showcase,
+        &args.out.join("real-clips.png"),
+        &args.out.join("real-clips.gif"),
+    )
+    .map_err(anyhow::Error::msg)?;
 
     if args.steps == 0 {
         let Some(dir) = &args.load else {

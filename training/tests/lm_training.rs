@@ -220,6 +220,33 @@ fn the_evaluation_is_the_same_for_every_run_and_the_corpus_is_reused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The evaluation does not depend on how many threads compute it: the same model on the same
+/// windows in a pool of 1, 2 and 4 threads (the CPU backend splits matrix products and
+/// reductions across the threads of the pool it runs in) gives the same loss to the bit.
+#[test]
+fn the_evaluation_is_the_same_at_any_thread_count() {
+    let dir = scratch("threads");
+    let c = corpus(&dir);
+    use burn::module::AutodiffModule;
+    // Big enough that the products are split across threads: 512 rows of width 128 into a
+    // 512-wide MLP is 33M multiply-adds, past the backend's 7M threshold for going parallel.
+    let model = fresh(&LmPreset::Small.config(300).with_context(64)).valid();
+    let eval = EvalWindows::new(&c, 64, 2, 8, true);
+    let at = |n: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
+            .install(|| (rayon::current_num_threads(), eval.mean_loss(&model)))
+    };
+    let (one, two, four) = (at(1), at(2), at(4));
+    assert_eq!((one.0, two.0, four.0), (1, 2, 4));
+    assert!(one.1.is_finite());
+    assert_eq!(one.1.to_bits(), two.1.to_bits(), "{} vs {}", one.1, two.1);
+    assert_eq!(one.1.to_bits(), four.1.to_bits(), "{} vs {}", one.1, four.1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Twelve fixed, different windows of 9 ids, served either as one batch of 4 per step or as two
 /// micro-batches of 2.
 struct Fixed {
