@@ -540,13 +540,10 @@ pub fn guesses<B: Backend>(model: &VideoDit<B>, real: &[Clip]) -> Vec<Vec<f32>> 
     };
     let (noised_px, guess_px) = (unit(xt), unit(guess));
     let mut rows = Vec::new();
-    for k in 0..n {
-        for src in [
-            &real[k].pixels,
-            &noised_px[k * CLIP..(k + 1) * CLIP].to_vec(),
-            &guess_px[k * CLIP..(k + 1) * CLIP].to_vec(),
-        ] {
-            rows.extend(src.chunks(FRAME * FRAME).map(|f| f.to_vec()));
+    for (k, clip) in real.iter().enumerate() {
+        let span = k * CLIP..(k + 1) * CLIP;
+        for src in [&clip.pixels[..], &noised_px[span.clone()], &guess_px[span]] {
+            rows.extend(src.chunks(FRAME * FRAME).map(<[f32]>::to_vec));
         }
     }
     rows
