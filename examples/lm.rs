@@ -25,6 +25,10 @@ use std::path::{Path, PathBuf};
 #[derive(Parser, Debug)]
 #[command(about = "Train a BPE language model with the modern recipe and write with it")]
 struct Args {
+    /// Train and write in bfloat16 where the backend offers it (flex, cuda): weights, activations
+    /// and optimizer state alike, not mixed precision. Saved models are f32 either way.
+    #[arg(long)]
+    bf16: bool,
     /// Size preset: tiny (tests), small (4 layers, d 128, context 128), kalia-58m (10, 512, 1024; GPU).
     #[arg(long, default_value = "small")]
     size: String,
@@ -222,6 +226,14 @@ fn write(dir: &Path, args: &Args) -> Result<()> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.bf16 {
+        // Before any tensor exists: a device's float type is fixed at its first use.
+        burn::tensor::backend::set_default_float_dtype::<backend::Infer>(
+            &backend::device(),
+            burn::tensor::DType::BF16,
+        )
+        .map_err(|e| anyhow::anyhow!("--bf16 on the {} backend: {e:?}", backend::NAME))?;
+    }
     if args.steps == 0 {
         let Some(dir) = &args.load else {
             bail!("--steps 0 means \"just write\": give a model with --load DIR");
