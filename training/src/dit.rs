@@ -44,6 +44,16 @@ pub enum TimeSampling {
     LogitNormal,
 }
 
+impl TimeSampling {
+    /// One noise level in 0..1.
+    pub fn draw(self, rng: &mut Rng) -> f32 {
+        match self {
+            Self::Uniform => rng.uniform() as f32,
+            Self::LogitNormal => (1.0 / (1.0 + (-rng.normal()).exp())) as f32,
+        }
+    }
+}
+
 /// A pixel byte to the model's −1..1.
 pub fn to_model_range(p: u8) -> f32 {
     p as f32 / 127.5 - 1.0
@@ -92,19 +102,22 @@ impl DigitSource {
     }
 }
 
-fn flow_batch<B: Backend>(
+/// A flow-matching batch from flat values: samples of `shape` (batch first), their noise, one noise
+/// level per sample and the samples' labels, row after row.
+pub fn flow_batch<B: Backend, const D: usize>(
     x: Vec<f32>,
     noise: Vec<f32>,
     t: Vec<f32>,
     labels: Vec<i64>,
+    shape: [usize; D],
     device: &B::Device,
-) -> FlowBatch<B, 4> {
-    let b = t.len();
+) -> FlowBatch<B, D> {
+    let (b, per) = (t.len(), labels.len() / t.len().max(1));
     FlowBatch {
-        x: Tensor::from_data(TensorData::new(x, [b, 1, SIDE, SIDE]), device),
-        noise: Tensor::from_data(TensorData::new(noise, [b, 1, SIDE, SIDE]), device),
+        x: Tensor::from_data(TensorData::new(x, shape), device),
+        noise: Tensor::from_data(TensorData::new(noise, shape), device),
         t: Tensor::from_data(TensorData::new(t, [b]), device),
-        labels: Tensor::from_data(TensorData::new(labels, [b, 1]), device),
+        labels: Tensor::from_data(TensorData::new(labels, [b, per]), device),
     }
 }
 
@@ -133,13 +146,10 @@ impl<B: Backend> BatchSource<B> for DigitSource {
             } else {
                 self.split.labels[i] as i64
             });
-            t.push(match self.time {
-                TimeSampling::Uniform => rng.uniform() as f32,
-                TimeSampling::LogitNormal => (1.0 / (1.0 + (-rng.normal()).exp())) as f32,
-            });
+            t.push(self.time.draw(&mut rng));
             noise.extend((0..PIXELS).map(|_| rng.normal() as f32));
         }
-        flow_batch(x, noise, t, labels, device)
+        flow_batch(x, noise, t, labels, [self.batch, 1, SIDE, SIDE], device)
     }
 }
 
@@ -196,6 +206,7 @@ impl<B: Backend> BatchSource<B> for FixedNoiseEval {
             self.noise[level].clone(),
             vec![t; self.images],
             self.labels.clone(),
+            [self.images, 1, SIDE, SIDE],
             device,
         )
     }

@@ -13,7 +13,7 @@
 //! Real clips are judged the same way first, and set the ceiling.
 
 use crate::checkpoint::replace_dir;
-use crate::dit::{DrawSettings, TimeSampling};
+use crate::dit::{DrawSettings, TimeSampling, flow_batch};
 use crate::loader::BatchSource;
 use crate::mnist::MnistOptions;
 use crate::optim::OptimizerSpec;
@@ -62,21 +62,9 @@ fn to_model(v: f32) -> f32 {
     v * 2.0 - 1.0
 }
 
-fn flow_batch<B: Backend>(
-    x: Vec<f32>,
-    noise: Vec<f32>,
-    t: Vec<f32>,
-    labels: Vec<i64>,
-    device: &B::Device,
-) -> FlowBatch<B, 5> {
-    let b = t.len();
-    let shape = [b, FRAMES, 1, FRAME, FRAME];
-    FlowBatch {
-        x: Tensor::from_data(TensorData::new(x, shape), device),
-        noise: Tensor::from_data(TensorData::new(noise, shape), device),
-        t: Tensor::from_data(TensorData::new(t, [b]), device),
-        labels: Tensor::from_data(TensorData::new(labels, [b, 2]), device),
-    }
+/// A batch of `b` clips in the model's shape.
+fn clip_shape(b: usize) -> [usize; 5] {
+    [b, FRAMES, 1, FRAME, FRAME]
 }
 
 /// Training batches: clips of random digits made on the spot; batch `n` of the run is a function
@@ -137,13 +125,10 @@ impl<B: Backend> BatchSource<B> for ClipSource {
             } else {
                 labels.extend(clip.digits.map(|d| d as i64));
             }
-            t.push(match self.time {
-                TimeSampling::Uniform => rng.uniform() as f32,
-                TimeSampling::LogitNormal => (1.0 / (1.0 + (-rng.normal()).exp())) as f32,
-            });
+            t.push(self.time.draw(&mut rng));
             noise.extend((0..CLIP).map(|_| rng.normal() as f32));
         }
-        flow_batch(x, noise, t, labels, device)
+        flow_batch(x, noise, t, labels, clip_shape(self.batch), device)
     }
 }
 
@@ -205,6 +190,7 @@ impl FixedClips {
             } else {
                 self.labels.clone()
             },
+            clip_shape(self.clips),
             device,
         )
     }
@@ -496,8 +482,7 @@ pub fn draw<B: Backend>(
             .iter()
             .flat_map(|&(a, b)| [a as i64, b as i64])
             .collect();
-        let x1 =
-            Tensor::<B, 5>::from_data(TensorData::new(x1, [n, FRAMES, 1, FRAME, FRAME]), &device);
+        let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
         let px: Vec<f32> = sample(model, x1, labels, settings.steps, settings.guidance)
             .into_data()
@@ -520,7 +505,7 @@ pub fn guesses<B: Backend>(model: &VideoDit<B>, real: &[Clip]) -> Vec<Vec<f32>> 
         .flat_map(|c| c.pixels.iter().map(|&v| to_model(v)))
         .collect();
     let noise: Vec<f32> = (0..n * CLIP).map(|_| rng.normal() as f32).collect();
-    let shape = [n, FRAMES, 1, FRAME, FRAME];
+    let shape = clip_shape(n);
     let x = Tensor::<B, 5>::from_data(TensorData::new(x, shape), &device);
     let noise = Tensor::<B, 5>::from_data(TensorData::new(noise, shape), &device);
     let t = Tensor::<B, 1>::full([n], 0.5, &device);
