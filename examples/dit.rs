@@ -201,11 +201,7 @@ fn main() -> Result<()> {
         model.valid().num_params(),
         backend::NAME
     );
-    let warmup = if args.warmup < 1.0 {
-        (args.warmup * args.steps as f64).round() as usize
-    } else {
-        args.warmup as usize
-    };
+    let warmup = nervus_training::schedule::warmup_steps(args.warmup, args.steps);
     let opts = DitOptions {
         steps: args.steps,
         batch: args.batch,

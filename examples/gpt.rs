@@ -230,11 +230,7 @@ fn main() -> Result<()> {
         "loss to beat: {know_nothing:.3} knowing nothing (ln {}), {know_letters:.3} knowing only letter frequencies",
         data.tokenizer.vocab_size()
     );
-    let warmup = if args.warmup < 1.0 {
-        (args.warmup * args.steps as f64).round() as usize
-    } else {
-        args.warmup as usize
-    };
+    let warmup = nervus_training::schedule::warmup_steps(args.warmup, args.steps);
     let opts = GptOptions {
         model: model_config.clone(),
         steps: args.steps,

@@ -356,11 +356,7 @@ fn main() -> Result<()> {
         (c.vocab as f64).ln(),
         c.vocab
     );
-    let warmup = if args.warmup < 1.0 {
-        (args.warmup * args.steps as f64).round() as usize
-    } else {
-        args.warmup as usize
-    };
+    let warmup = nervus_training::schedule::warmup_steps(args.warmup, args.steps);
     let opts = LmOptions {
         model: c.clone(),
         steps: args.steps,

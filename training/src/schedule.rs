@@ -13,6 +13,15 @@
 use burn::lr_scheduler::LrScheduler;
 use burn::prelude::Backend;
 
+/// A `--warmup` flag in steps: below 1 it is a share of the run's `steps`, else a step count.
+pub fn warmup_steps(flag: f64, steps: usize) -> usize {
+    if flag < 1.0 {
+        (flag * steps as f64).round() as usize
+    } else {
+        flag as usize
+    }
+}
+
 /// Warm-up + cosine, step-based.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WarmupCosine {
@@ -73,6 +82,14 @@ impl LrScheduler for WarmupCosine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warmup_flag_below_one_is_a_share_of_the_run() {
+        assert_eq!(warmup_steps(0.05, 1500), 75);
+        assert_eq!(warmup_steps(0.0, 1500), 0);
+        assert_eq!(warmup_steps(100.0, 1500), 100);
+        assert_eq!(warmup_steps(1.0, 1500), 1);
+    }
 
     #[test]
     fn warmup_climbs_then_cosine_reaches_the_floor() {
