@@ -4,6 +4,7 @@
 //! checkpoints, and plain or TUI output. Model-specific glue (what a batch is, what to print and
 //! save after an epoch) lives in one module per model.
 
+pub mod alloc;
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;

@@ -8,7 +8,9 @@ use std::fmt::Write;
 pub struct BenchArgs {
     /// What to measure: `backends` (ndarray against flex: 1024² matmul and an MLP training step),
     /// `gpt` (training characters a second per preset and backend), `dit` (training images a
-    /// second per backend), `video` (training steps a second, factorised against full attention).
+    /// second per backend), `video` (training steps a second, factorised against full attention),
+    /// `allocator` (each model's training rate with the system's allocator and with mimalloc, each
+    /// measurement a fresh process).
     what: String,
     /// Interleaved rounds; medians are reported.
     #[arg(long, default_value_t = 5)]
@@ -30,7 +32,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "gpt" => gpt(args.rounds, args.steps),
         "dit" => dit(args.rounds, args.steps),
         "video" => video(args.rounds, args.steps, args.batch),
-        other => bail!("unknown benchmark `{other}`: try backends, gpt, dit, video"),
+        "allocator" => allocator(args.rounds),
+        probe if probe.starts_with(PROBE) => {
+            let rate = probe_rate(&probe[PROBE.len()..])?;
+            println!("{rate} {}", nervus_training::alloc::name());
+            Ok(())
+        }
+        other => bail!("unknown benchmark `{other}`: try backends, gpt, dit, video, allocator"),
     }
 }
 
@@ -259,4 +267,127 @@ fn video(rounds: usize, steps: Option<usize>, batch: usize) -> Result<()> {
     )?;
     print!("{t}");
     Ok(())
+}
+
+/// The hidden benchmark a child process of `allocator` runs: `probe-<model>`.
+const PROBE: &str = "probe-";
+
+/// What `allocator` measures: name, unit, and the probe's model.
+const ALLOCATOR_MODELS: [(&str, &str); 4] = [
+    ("video-factorised", "steps/s, batch 16"),
+    ("video-full", "steps/s, batch 16"),
+    ("dit", "images/s, batch 64"),
+    ("gpt-medium", "characters/s, batch 16"),
+];
+
+/// One training rate, on the feature-selected backend (flex by default), in this process.
+fn probe_rate(model: &str) -> Result<f64> {
+    use nervus_models::video_dit::{Attention, VideoDitConfig};
+    use nervus_training::backend::{Train, device};
+    use nervus_training::bench::{dit_images_per_sec, gpt_chars_per_sec, video_steps_per_sec};
+    Ok(match model {
+        "video-factorised" => {
+            video_steps_per_sec::<Train>(&VideoDitConfig::new(), 16, 5, &device())
+        }
+        "video-full" => video_steps_per_sec::<Train>(
+            &VideoDitConfig::new().with_attention(Attention::Full),
+            16,
+            5,
+            &device(),
+        ),
+        "dit" => {
+            dit_images_per_sec::<Train>(&nervus_models::dit::DitConfig::digits(), 64, 10, &device())
+        }
+        "gpt-medium" => gpt_chars_per_sec::<Train>(
+            &nervus_models::gpt::GptSize::Medium.config(64),
+            16,
+            10,
+            Some(1.0),
+            &device(),
+        ),
+        other => bail!("no probe for `{other}`"),
+    })
+}
+
+/// Runs this program again as `bench probe-<model>` with the allocator chosen by environment,
+/// and checks the child used the one asked for.
+fn probe_in_child(model: &str, allocator: &str) -> Result<f64> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", &format!("{PROBE}{model}")])
+        .env(nervus_training::alloc::ENV, allocator)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        bail!("the {model} probe with {allocator} failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    let rate: f64 = match words.next().map(str::parse) {
+        Some(Ok(v)) => v,
+        _ => bail!("the {model} probe printed `{}`, not a rate", text.trim()),
+    };
+    let used = words.next().unwrap_or("");
+    if used != allocator {
+        bail!("the {model} probe asked for {allocator} and ran with `{used}`");
+    }
+    if !rate.is_finite() || rate <= 0.0 {
+        bail!("the {model} probe measured {rate}");
+    }
+    Ok(rate)
+}
+
+fn allocator(rounds: usize) -> Result<()> {
+    println!(
+        "training rate with the system's allocator and with mimalloc (purging off), backend {}, {} threads, {rounds} interleaved rounds, each measurement a fresh process, medians",
+        nervus_training::backend::NAME,
+        threads()
+    );
+    let mut t = String::new();
+    writeln!(
+        t,
+        "| model | unit | system | mimalloc | mimalloc / system | within rounds |"
+    )?;
+    writeln!(t, "|---|---|---|---|---|---|")?;
+    for (model, unit) in ALLOCATOR_MODELS {
+        let (mut sys, mut mi, mut ratios) = (vec![], vec![], vec![]);
+        for r in 0..rounds {
+            // Alternate which goes first, so a drift in the machine's load falls on both.
+            let (a, b) = if r % 2 == 0 {
+                let a = probe_in_child(model, "system")?;
+                (a, probe_in_child(model, "mimalloc")?)
+            } else {
+                let b = probe_in_child(model, "mimalloc")?;
+                (probe_in_child(model, "system")?, b)
+            };
+            eprintln!(
+                "  {model} round {}/{rounds}: system {a:.3}, mimalloc {b:.3} ({:.2}×)",
+                r + 1,
+                b / a
+            );
+            sys.push(a);
+            mi.push(b);
+            ratios.push(b / a);
+        }
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let (a, b) = (median(&sys), median(&mi));
+        writeln!(
+            t,
+            "| {model} | {unit} | {} | {} | {:.2} | {lo:.2}–{hi:.2} |",
+            fmt_rate(a),
+            fmt_rate(b),
+            b / a
+        )?;
+    }
+    print!("{t}");
+    Ok(())
+}
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
 }
