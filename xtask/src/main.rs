@@ -5,6 +5,7 @@
 //! re-runs this binary through cargo with that feature turned on.
 
 mod bench;
+mod mutants;
 mod tables;
 
 use anyhow::{Result, bail};
@@ -30,6 +31,9 @@ enum Command {
     ReproduceTables(tables::TablesArgs),
     /// Write an experiment spec's sha256 and the time into docs/experiments/registry.json.
     Preregister(tables::RegisterArgs),
+    /// Mutation testing of the gradient witnesses (cargo-mutants, installed on first use), in
+    /// slices if need be; rewrites docs/mutants/ and the README's score.
+    Mutants(mutants::MutantsArgs),
     /// (internal) One run of one experiment, in a process of its own.
     #[command(hide = true)]
     RunOne(tables::RunOneArgs),
@@ -84,5 +88,6 @@ fn main() -> Result<()> {
         Command::ReproduceTables(args) => tables::reproduce(args),
         Command::Preregister(args) => tables::preregister(args),
         Command::RunOne(args) => tables::run_one(args),
+        Command::Mutants(args) => mutants::run(args),
     }
 }

@@ -594,9 +594,11 @@ fn plot_spec(spec: &Spec, results: &[RunResult], path: &Path) -> Result<bool> {
     Ok(false)
 }
 
-fn replace_between(text: &str, name: &str, body: &str) -> Option<String> {
-    let open = format!("<!-- table:{name} -->");
-    let close = format!("<!-- /table:{name} -->");
+/// `text` with what stands between `<!-- {kind}:{name} -->` and `<!-- /{kind}:{name} -->`
+/// replaced by `body`; `None` if the markers are missing.
+pub fn replace_between(text: &str, kind: &str, name: &str, body: &str) -> Option<String> {
+    let open = format!("<!-- {kind}:{name} -->");
+    let close = format!("<!-- /{kind}:{name} -->");
     let a = text.find(&open)? + open.len();
     let b = text[a..].find(&close)? + a;
     Some(format!(
@@ -711,7 +713,7 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
                 &format!("]({}.png)", spec.name),
                 &format!("](docs/tables/{}.png)", spec.name),
             );
-            match replace_between(&readme, &spec.name, &body) {
+            match replace_between(&readme, "table", &spec.name, &body) {
                 Some(r) => readme = r,
                 None => println!(
                     "  README has no markers for {} (<!-- table:{0} -->): table only in {TABLES}/",

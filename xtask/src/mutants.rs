@@ -1,0 +1,348 @@
+//! `cargo xtask mutants`: the mutation run that shows the gradient witnesses bite.
+//!
+//! cargo-mutants changes one thing at a time in the code (an operator, a constant, a function's
+//! body) and runs the tests; a mutant the tests still pass is a survivor. The run is long (every
+//! mutant rebuilds `nervus-models` and runs its tests), so it can be done in slices
+//! (`--shard K/N`), and every slice's outcome is kept in `docs/mutants/<scope>/`; the summary, and
+//! the README's line, are rebuilt from every slice recorded so far. A survivor is either killed by
+//! a new test or explained in `docs/mutants/explained.tsv` (the mutant as cargo-mutants prints it,
+//! a tab, why no test can or should catch it).
+
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The cargo-mutants release this command installs when none is found.
+const CARGO_MUTANTS_VERSION: &str = "27.1.0";
+const DOCS: &str = "docs/mutants";
+const EXPLAINED: &str = "docs/mutants/explained.tsv";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// The f64 twins: models/src/reference.
+    Reference,
+    /// The Burn layers: every other file of models/src.
+    Layers,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Reference => "reference",
+            Scope::Layers => "layers",
+        }
+    }
+
+    /// cargo-mutants' file filters for this scope.
+    fn filters(self) -> Vec<String> {
+        match self {
+            Scope::Reference => vec!["--file".into(), "models/src/reference/**".into()],
+            Scope::Layers => vec![
+                "--file".into(),
+                "models/src/**".into(),
+                "--exclude".into(),
+                "models/src/reference/**".into(),
+                "--exclude".into(),
+                "models/src/testing.rs".into(),
+            ],
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct MutantsArgs {
+    /// What to mutate.
+    #[arg(long, value_enum, default_value_t = Scope::Reference)]
+    scope: Scope,
+    /// One slice of the run, `K/N` (0-based): every N-th mutant from the K-th, as cargo-mutants'
+    /// `--shard` cuts them. Without it, the whole scope.
+    #[arg(long)]
+    shard: Option<String>,
+    /// List the mutants and stop.
+    #[arg(long)]
+    list: bool,
+    /// Only rebuild the summary and the README line from the slices already recorded.
+    #[arg(long)]
+    summarise: bool,
+    /// Per-mutant test timeout in seconds (cargo-mutants derives one from the baseline if unset).
+    #[arg(long)]
+    timeout: Option<u64>,
+}
+
+pub fn run(args: MutantsArgs) -> Result<()> {
+    if !args.summarise {
+        ensure_installed()?;
+        let mut cmd = Command::new(cargo());
+        cmd.args(["mutants", "--package", "nervus-models", "--no-shuffle"])
+            .args(args.scope.filters());
+        if args.list {
+            let status = cmd.arg("--list").status()?;
+            if !status.success() {
+                bail!("cargo mutants --list failed ({status})");
+            }
+            return Ok(());
+        }
+        let slice = match &args.shard {
+            Some(s) => {
+                let (k, n) = parse_shard(s)?;
+                cmd.args(["--shard", s]);
+                format!("shard-{k}-of-{n}")
+            }
+            None => "all".to_string(),
+        };
+        let out = PathBuf::from("target/mutants")
+            .join(args.scope.name())
+            .join(&slice);
+        std::fs::create_dir_all(&out)?;
+        cmd.arg("--output").arg(&out);
+        if let Some(t) = args.timeout {
+            cmd.args(["--timeout", &t.to_string()]);
+        }
+        // Build in the workspace's own target directory: the registry dependencies (Burn, built
+        // optimised even in the test profile) are then reused, not rebuilt in cargo-mutants'
+        // copy of the tree; the copy's own crates get artifacts of their own (another path).
+        cmd.env("CARGO_TARGET_DIR", std::env::current_dir()?.join("target"));
+        // A mutant changes one line of one crate: incremental compilation (off in this
+        // workspace's profiles, for CI's clean builds) makes each rebuild a fraction of a full one.
+        cmd.env("CARGO_INCREMENTAL", "1");
+        eprintln!("running {:?}", cmd);
+        let status = cmd.status()?;
+        // cargo-mutants exits 2 when mutants were missed, 3 on timeouts: both are results.
+        match status.code() {
+            Some(0 | 2 | 3) => {}
+            _ => bail!(
+                "cargo mutants failed ({status}); its log is in {}",
+                out.display()
+            ),
+        }
+        let record = Path::new(DOCS).join(args.scope.name()).join(&slice);
+        std::fs::create_dir_all(&record)?;
+        for kind in ["caught", "missed", "timeout", "unviable"] {
+            let from = out.join("mutants.out").join(format!("{kind}.txt"));
+            let text = std::fs::read_to_string(&from).unwrap_or_default();
+            std::fs::write(record.join(format!("{kind}.txt")), text)?;
+        }
+        eprintln!("recorded in {}", record.display());
+    }
+    summarise(args.scope)
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn ensure_installed() -> Result<()> {
+    let found = Command::new(cargo())
+        .args(["mutants", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("installing cargo-mutants {CARGO_MUTANTS_VERSION} (once)");
+        let status = Command::new(cargo())
+            .args([
+                "install",
+                "--locked",
+                "cargo-mutants",
+                "--version",
+                CARGO_MUTANTS_VERSION,
+            ])
+            .status()?;
+        if !status.success() {
+            bail!("cargo install cargo-mutants failed ({status})");
+        }
+    }
+    Ok(())
+}
+
+/// `K/N` with `K < N`.
+fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.trim().parse().ok()?, n.trim().parse().ok()?)));
+    match parsed {
+        Some((k, n)) if k < n => Ok((k, n)),
+        _ => bail!("--shard wants K/N with 0 ≤ K < N, e.g. 0/20; got `{s}`"),
+    }
+}
+
+/// The outcomes of every recorded slice of a scope.
+#[derive(Default, Debug, PartialEq)]
+struct Tally {
+    slices: Vec<String>,
+    caught: usize,
+    missed: Vec<String>,
+    timeout: Vec<String>,
+    unviable: usize,
+}
+
+impl Tally {
+    /// Caught over caught and missed; timeouts are reported beside it, not counted either way.
+    fn score(&self) -> f64 {
+        let viable = self.caught + self.missed.len();
+        if viable == 0 {
+            f64::NAN
+        } else {
+            self.caught as f64 / viable as f64
+        }
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn tally(dir: &Path) -> Result<Tally> {
+    let mut t = Tally::default();
+    let mut slices: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    slices.sort();
+    for s in slices {
+        t.slices
+            .push(s.file_name().unwrap_or_default().to_string_lossy().into());
+        t.caught += lines(&s.join("caught.txt")).len();
+        t.unviable += lines(&s.join("unviable.txt")).len();
+        t.missed.extend(lines(&s.join("missed.txt")));
+        t.timeout.extend(lines(&s.join("timeout.txt")));
+    }
+    Ok(t)
+}
+
+/// `docs/mutants/explained.tsv`: mutant → why it survives.
+fn explanations() -> Result<BTreeMap<String, String>> {
+    let mut map = BTreeMap::new();
+    let text = match std::fs::read_to_string(EXPLAINED) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(map),
+        Err(e) => return Err(e).context(EXPLAINED),
+    };
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((mutant, why)) = line.split_once('\t') else {
+            bail!("{EXPLAINED}:{}: want `mutant<TAB>reason`", i + 1);
+        };
+        map.insert(mutant.trim().to_string(), why.trim().to_string());
+    }
+    Ok(map)
+}
+
+fn summarise(scope: Scope) -> Result<()> {
+    let t = tally(&Path::new(DOCS).join(scope.name()))?;
+    if t.slices.is_empty() {
+        bail!(
+            "nothing recorded for `{}` yet: run `cargo xtask mutants --scope {0}` (or a --shard)",
+            scope.name()
+        );
+    }
+    let explained = explanations()?;
+    let unexplained: Vec<&String> = t
+        .missed
+        .iter()
+        .filter(|m| !explained.contains_key(*m))
+        .collect();
+    let mut md = String::new();
+    writeln!(md, "# Mutation run: `{}`\n", scope.name())?;
+    writeln!(
+        md,
+        "Written by `cargo xtask mutants --scope {}`; slices recorded: {}.\n",
+        scope.name(),
+        t.slices.join(", ")
+    )?;
+    let line = readme_line(scope, &t, unexplained.len());
+    writeln!(md, "{line}\n")?;
+    writeln!(md, "## Survivors\n")?;
+    if t.missed.is_empty() {
+        writeln!(md, "None.")?;
+    }
+    for m in &t.missed {
+        match explained.get(m) {
+            Some(why) => writeln!(md, "- `{m}`: {why}")?,
+            None => writeln!(md, "- `{m}`: **not explained yet**")?,
+        }
+    }
+    if !t.timeout.is_empty() {
+        writeln!(md, "\n## Timeouts\n")?;
+        for m in &t.timeout {
+            writeln!(md, "- `{m}`")?;
+        }
+    }
+    let path = Path::new(DOCS).join(format!("{}.md", scope.name()));
+    std::fs::write(&path, md)?;
+    println!("{line}");
+    println!("summary: {}", path.display());
+    let readme = std::fs::read_to_string("README.md").context("README.md")?;
+    match crate::tables::replace_between(&readme, "mutants", scope.name(), &line) {
+        Some(new) => std::fs::write("README.md", new)?,
+        None => eprintln!(
+            "README has no <!-- mutants:{} --> markers: the line is only in {}",
+            scope.name(),
+            path.display()
+        ),
+    }
+    Ok(())
+}
+
+fn readme_line(scope: Scope, t: &Tally, unexplained: usize) -> String {
+    format!(
+        "`{}`: {} of {} viable mutants caught ({:.1}%), {} missed ({} not yet explained), {} timed out, {} unviable; slices: {}",
+        scope.name(),
+        t.caught,
+        t.caught + t.missed.len(),
+        100.0 * t.score(),
+        t.missed.len(),
+        unexplained,
+        t.timeout.len(),
+        t.unviable,
+        t.slices.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_shard("0/20").ok(), Some((0, 20)));
+        assert_eq!(parse_shard("19/20").ok(), Some((19, 20)));
+        for bad in ["20/20", "1", "a/b", "-1/3", ""] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tally_adds_slices_and_scores_caught_over_viable() {
+        let dir = std::env::temp_dir().join(format!("nervus-mutants-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (slice, caught, missed) in [("shard-0-of-2", 3, 1), ("shard-1-of-2", 5, 0)] {
+            let d = dir.join(slice);
+            std::fs::create_dir_all(&d).unwrap();
+            let c: Vec<String> = (0..caught).map(|i| format!("{slice} caught {i}")).collect();
+            std::fs::write(d.join("caught.txt"), c.join("\n")).unwrap();
+            let m: Vec<String> = (0..missed).map(|i| format!("{slice} missed {i}")).collect();
+            std::fs::write(d.join("missed.txt"), m.join("\n")).unwrap();
+            std::fs::write(d.join("unviable.txt"), "u\n\n").unwrap();
+        }
+        let t = tally(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(t.slices, ["shard-0-of-2", "shard-1-of-2"]);
+        assert_eq!((t.caught, t.missed.len(), t.unviable), (8, 1, 2));
+        assert!((t.score() - 8.0 / 9.0).abs() < 1e-12);
+        // Nothing viable is not a perfect score.
+        assert!(Tally::default().score().is_nan());
+    }
+}
