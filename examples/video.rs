@@ -309,9 +309,10 @@ fn main() -> Result<()> {
             )
         });
         report.line(format!(
-            "final: validation {:.4}, label gap {:+.4}, flicker {:.3} (real {:.3}), {judged}{} in all",
+            "final: validation {:.4}, label gap {:+.4} ± {:.4}, flicker {:.3} (real {:.3}), {judged}{} in all",
             last.valid_loss,
             last.label_gap,
+            last.label_gap_se,
             last.flicker,
             moving::flicker(&real.concat()),
             duration(result.seconds)

@@ -44,6 +44,23 @@ pub fn mse<B: Backend, const D: usize>(pred: Tensor<B, D>, target: Tensor<B, D>)
     (pred - target).square().mean()
 }
 
+/// Mean squared error of each sample: over every element but those of the first axis.
+///
+/// Shapes: `pred`, `target [B, ..]` → `[B]`.
+pub fn mse_per_sample<B: Backend, const D: usize>(
+    pred: Tensor<B, D>,
+    target: Tensor<B, D>,
+) -> Tensor<B, 1> {
+    let dims = pred.dims();
+    let b = dims[0];
+    let rest = dims[1..].iter().product::<usize>();
+    (pred - target)
+        .square()
+        .reshape([b, rest])
+        .mean_dim(1)
+        .reshape([b])
+}
+
 /// A model that predicts the flow-matching velocity: what the sampler needs.
 pub trait Velocity<B: Backend, const D: usize> {
     /// Shapes: `x [B, ..]`, `t [B]` in 0..1 (1 = noise), `labels [B, L]` → velocity like `x`.

@@ -11,7 +11,7 @@
 
 use crate::dit::head;
 use crate::dit_block::{DitBlock, DitBlockConfig};
-use crate::flow::{FlowBatch, Velocity, mse, noised};
+use crate::flow::{FlowBatch, Velocity, mse, mse_per_sample, noised};
 use crate::frame_embed::add_frame_wave;
 use crate::output::LossOutput;
 use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
@@ -178,6 +178,14 @@ impl<B: Backend> VideoDit<B> {
         let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
         mse(self.forward(xt, batch.t * 1000.0, batch.labels), target)
     }
+
+    /// The flow-matching loss of each clip of a batch: what `flow_loss` averages.
+    ///
+    /// Shapes: clips `[B, F, C, H, W]` → `[B]`.
+    pub fn flow_loss_per_clip(&self, batch: FlowBatch<B, 5>) -> Tensor<B, 1> {
+        let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
+        mse_per_sample(self.forward(xt, batch.t * 1000.0, batch.labels), target)
+    }
 }
 
 impl<B: AutodiffBackend> TrainStep for VideoDit<B> {
@@ -297,6 +305,41 @@ mod tests {
         for (u, v) in a.iter().zip(&b) {
             assert!((u - v).abs() <= 1e-12 * (1.0 + u.abs()), "{u} vs {v}");
         }
+    }
+
+    /// Each clip's loss is the loss of that clip alone, and their mean is the batch's loss.
+    #[test]
+    fn per_clip_losses_are_each_clips_own_and_average_to_the_batch_loss() {
+        let c = small(Attention::Factorised);
+        let model = scrambled::<TB>(&c, 3);
+        let (x, t, labels) = inputs::<TB>(&c);
+        let noise = Tensor::<TB, 5>::random(
+            x.dims(),
+            Distribution::Normal(0.0, 1.0),
+            &Default::default(),
+        );
+        let batch = |r: std::ops::Range<usize>| FlowBatch {
+            x: x.clone().slice([r.clone()]),
+            noise: noise.clone().slice([r.clone()]),
+            t: t.clone().slice([r.clone()]) / 1000.0,
+            labels: labels.clone().slice([r]),
+        };
+        let each = to_vec(model.flow_loss_per_clip(batch(0..2)));
+        let whole = to_vec(model.flow_loss(batch(0..2)))[0];
+        assert_eq!(each.len(), 2);
+        for (k, v) in each.iter().enumerate() {
+            let alone = to_vec(model.flow_loss(batch(k..k + 1)))[0];
+            assert!(
+                (v - alone).abs() <= 1e-12 * alone,
+                "clip {k}: {v} vs {alone}"
+            );
+        }
+        assert!(
+            each[0] != each[1],
+            "two different clips, two different losses"
+        );
+        let mean = (each[0] + each[1]) / 2.0;
+        assert!((mean - whole).abs() <= 1e-12 * whole, "{mean} vs {whole}");
     }
 
     /// In the factorised model with one spatial block only, no frame can hear from another: the

@@ -195,18 +195,62 @@ impl FixedClips {
         )
     }
 
-    /// Validation loss over every level, with the right labels or the wrong ones.
-    pub fn loss<B: Backend>(&self, model: &VideoDit<B>, wrong: bool) -> f64 {
+    /// Each clip's validation loss, averaged over the levels, with the right labels or the wrong
+    /// ones. With the right labels their mean is the validation loss the learner reports.
+    pub fn clip_losses<B: Backend>(&self, model: &VideoDit<B>, wrong: bool) -> Vec<f64> {
         let device = model.proj_out_2.weight.device();
-        (0..EVAL_LEVELS)
-            .map(|l| {
-                model
-                    .flow_loss(self.level_batch(l, wrong, &device))
-                    .into_scalar()
-                    .elem::<f64>()
-            })
-            .sum::<f64>()
-            / EVAL_LEVELS as f64
+        let mut sums = vec![0.0; self.clips];
+        for l in 0..EVAL_LEVELS {
+            let per_clip = model.flow_loss_per_clip(self.level_batch(l, wrong, &device));
+            for (s, v) in sums.iter_mut().zip(per_clip.into_data().iter::<f64>()) {
+                *s += v;
+            }
+        }
+        sums.iter().map(|s| s / EVAL_LEVELS as f64).collect()
+    }
+
+    /// The label gap of `model` on these clips.
+    pub fn label_gap<B: Backend>(&self, model: &VideoDit<B>) -> LabelGap {
+        LabelGap::of(
+            &self.clip_losses(model, false),
+            &self.clip_losses(model, true),
+        )
+    }
+}
+
+/// The label gap: each validation clip's loss with a wrong pair of labels minus its loss with its
+/// own, averaged over the clips, and the standard error of that average (the differences' sample
+/// standard deviation over √n). A model that ignores its labels has a gap within a few standard
+/// errors of zero; `z` says how many it is away.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LabelGap {
+    pub mean: f64,
+    pub standard_error: f64,
+}
+
+impl LabelGap {
+    /// From each clip's loss with the right labels and with the wrong ones (same clips, same
+    /// order). Fewer than two clips give a standard error of NaN.
+    pub fn of(right: &[f64], wrong: &[f64]) -> Self {
+        assert_eq!(right.len(), wrong.len(), "one loss of each kind per clip");
+        let d: Vec<f64> = wrong.iter().zip(right).map(|(w, r)| w - r).collect();
+        let n = d.len() as f64;
+        let mean = d.iter().sum::<f64>() / n;
+        let var = d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let standard_error = if d.len() < 2 {
+            f64::NAN
+        } else {
+            (var / n).sqrt()
+        };
+        Self {
+            mean,
+            standard_error,
+        }
+    }
+
+    /// Standard errors above zero.
+    pub fn z(&self) -> f64 {
+        self.mean / self.standard_error
     }
 }
 
@@ -604,6 +648,9 @@ pub struct VideoCheckpoint {
     pub train_loss: f64,
     pub valid_loss: f64,
     pub label_gap: f64,
+    /// The label gap's standard error over the validation clips (0 in runs older than it).
+    #[serde(default)]
+    pub label_gap_se: f64,
     pub flicker: f64,
     pub verdict: Option<ClipVerdict>,
     pub seconds: f64,
@@ -691,7 +738,8 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
             &self.opts.out.join(format!("guess-{name}.png")),
         )?;
         let valid = info.valid.loss();
-        let gap = self.eval.loss(model, true) - self.eval.loss(model, false);
+        let label_gap = self.eval.label_gap(model);
+        let gap = label_gap.mean;
         let mut note = String::new();
         if valid < self.best {
             self.best = valid;
@@ -713,11 +761,12 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
             None => String::new(),
         };
         self.report.line(format!(
-            "step {:>5}  train loss {:.4}  validation loss {:.4}  label gap {:+.4}  flicker {:.3}{judged}  ({}){note}",
+            "step {:>5}  train loss {:.4}  validation loss {:.4}  label gap {:+.4} ± {:.4}  flicker {:.3}{judged}  ({}){note}",
             info.step,
             info.train.loss(),
             valid,
             gap,
+            label_gap.standard_error,
             flicker,
             duration(info.elapsed)
         ));
@@ -727,6 +776,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
             train_loss: info.train.loss(),
             valid_loss: valid,
             label_gap: gap,
+            label_gap_se: label_gap.standard_error,
             flicker,
             verdict,
             seconds: info.elapsed,
@@ -854,6 +904,18 @@ mod tests {
     }
 
     #[test]
+    fn the_label_gap_is_the_mean_difference_with_its_standard_error() {
+        let right = [1.0, 2.0, 3.0, 4.0];
+        let wrong = [1.5, 2.5, 3.0, 5.0];
+        // Differences 0.5 0.5 0 1: mean 0.5, sample variance 1/6, standard error √(1/24).
+        let g = LabelGap::of(&right, &wrong);
+        assert!((g.mean - 0.5).abs() < 1e-15);
+        assert!((g.standard_error - (1.0f64 / 24.0).sqrt()).abs() < 1e-15);
+        assert!((g.z() - 0.5 / (1.0f64 / 24.0).sqrt()).abs() < 1e-12);
+        assert!(LabelGap::of(&[1.0], &[2.0]).standard_error.is_nan());
+    }
+
+    #[test]
     fn windows_blow_up_and_shrink_back_exactly() {
         let w: Vec<f32> = (0..WINDOW * WINDOW)
             .map(|k| (k % 256) as f32 / 255.0)
@@ -877,5 +939,35 @@ mod tests {
             w.sort();
             assert_ne!(r, w);
         }
+    }
+
+    #[test]
+    fn clip_losses_average_to_the_validation_loss() {
+        use burn::backend::Flex;
+        use nervus_models::video_dit::VideoDitConfig;
+        let data = Mnist::vendored();
+        let f = FixedClips::new(&Clips::new(&data.test), 3);
+        let config = VideoDitConfig::new()
+            .with_num_layers(1)
+            .with_num_attention_heads(1)
+            .with_attention_head_dim(8);
+        let device = Default::default();
+        let model = config.init::<Flex>(&device);
+        let per_level: f64 = (0..EVAL_LEVELS)
+            .map(|l| {
+                model
+                    .flow_loss(f.level_batch::<Flex>(l, false, &device))
+                    .into_scalar()
+                    .elem::<f64>()
+            })
+            .sum::<f64>()
+            / EVAL_LEVELS as f64;
+        let clips = f.clip_losses(&model, false);
+        assert_eq!(clips.len(), 3);
+        let mean = clips.iter().sum::<f64>() / 3.0;
+        assert!(
+            (mean - per_level).abs() <= 1e-5 * per_level,
+            "{mean} vs {per_level}"
+        );
     }
 }

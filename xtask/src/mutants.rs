@@ -69,6 +69,11 @@ pub struct MutantsArgs {
     /// Per-mutant test timeout in seconds (cargo-mutants derives one from the baseline if unset).
     #[arg(long)]
     timeout: Option<u64>,
+    /// Mutate this checkout itself rather than a copy (cargo-mutants' `--in-place`): slices after
+    /// the first then build incrementally from where the last one left off. Only in a checkout
+    /// nobody is editing, e.g. a `git worktree` kept for the purpose.
+    #[arg(long)]
+    in_place: bool,
 }
 
 pub fn run(args: MutantsArgs) -> Result<()> {
@@ -97,6 +102,9 @@ pub fn run(args: MutantsArgs) -> Result<()> {
             .join(&slice);
         std::fs::create_dir_all(&out)?;
         cmd.arg("--output").arg(&out);
+        if args.in_place {
+            cmd.arg("--in-place");
+        }
         if let Some(t) = args.timeout {
             cmd.args(["--timeout", &t.to_string()]);
         }
