@@ -232,6 +232,17 @@ mod tests {
         assert_eq!((c, d), (vec![0.3, -0.4], vec![0.0]));
     }
 
+    /// A norm equal to the cap is not over it: nothing is scaled. The edge that shows it is a zero
+    /// gradient under a zero cap, where scaling would mean 0/0 and turn every gradient to NaN.
+    /// (Found by `cargo xtask mutants`: `>` → `>=` survived every other test, because at a
+    /// non-zero norm equal to the cap the scale is exactly 1.)
+    #[test]
+    fn a_norm_at_the_cap_is_left_alone_even_at_zero() {
+        let mut g = vec![0.0; 3];
+        assert_eq!(clip_global_norm(&mut [&mut g[..]], 0.0), 0.0);
+        assert_eq!(g, vec![0.0; 3]);
+    }
+
     #[test]
     fn the_norm_is_accumulated_in_f64() {
         let mut g = vec![1e-3; 100_000];
