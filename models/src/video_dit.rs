@@ -175,16 +175,22 @@ impl<B: Backend> VideoDit<B> {
 
     /// The flow-matching loss of a batch of clips.
     pub fn flow_loss(&self, batch: FlowBatch<B, 5>) -> Tensor<B, 1> {
+        let (pred, target) = self.prediction_and_target(batch);
+        mse(pred, target)
+    }
+
+    /// The velocity predicted at the noised clips and the one that should have been.
+    fn prediction_and_target(&self, batch: FlowBatch<B, 5>) -> (Tensor<B, 5>, Tensor<B, 5>) {
         let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
-        mse(self.forward(xt, batch.t * 1000.0, batch.labels), target)
+        (self.forward(xt, batch.t * 1000.0, batch.labels), target)
     }
 
     /// The flow-matching loss of each clip of a batch: what `flow_loss` averages.
     ///
     /// Shapes: clips `[B, F, C, H, W]` → `[B]`.
     pub fn flow_loss_per_clip(&self, batch: FlowBatch<B, 5>) -> Tensor<B, 1> {
-        let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
-        mse_per_sample(self.forward(xt, batch.t * 1000.0, batch.labels), target)
+        let (pred, target) = self.prediction_and_target(batch);
+        mse_per_sample(pred, target)
     }
 }
 
