@@ -206,7 +206,11 @@ impl<B: Backend> CausalSelfAttention<B> {
         let [b, h, tq, d] = q.dims();
         let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
         let tk = k.dims()[2];
-        let scores = q.matmul(k.swap_dims(2, 3)) / (d as f64).sqrt(); // [B, H, Tq, Tk]
+        // Times 1/√d rather than divided by √d: Burn 0.21's autodiff forms the gradient of a
+        // division by a scalar in f32 (`1.0 / s.elem::<f32>()`), ~3e-8 off on an f64 backend,
+        // while a product keeps the backend's precision (found by the parity test in
+        // reference/modern_attention.rs, at d = 2).
+        let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (d as f64).sqrt()); // [B, H, Tq, Tk]
         // Key j is in the future of query i when j > offset + i.
         let mut masked = Tensor::<B, 2, Bool>::tril_mask([tq, tk], offset as i64, &scores.device())
             .unsqueeze::<4>()

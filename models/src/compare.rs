@@ -5,15 +5,46 @@
 /// (llm.c's per-tensor measure). Infinite when either side holds a NaN or an infinity, or when the
 /// lengths differ, so that a comparison can never pass on broken numbers.
 pub fn worst_rel(got: &[f64], want: &[f64]) -> f64 {
-    if got.len() != want.len() || got.iter().chain(want).any(|v| !v.is_finite()) {
-        return f64::INFINITY;
+    let r = if got.len() != want.len() || got.iter().chain(want).any(|v| !v.is_finite()) {
+        f64::INFINITY
+    } else {
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(want)
+            .fold(0.0f64, |m, (g, w)| m.max((g - w).abs()));
+        if scale == 0.0 { worst } else { worst / scale }
+    };
+    witness(r);
+    r
+}
+
+/// The environment variable naming the file [`worst_rel`] appends its results to.
+pub const WITNESS_LOG: &str = "NERVUS_WITNESS_LOG";
+
+/// When [`WITNESS_LOG`] names a file, appends `<thread name>\t<r>` to it. Under the test harness a
+/// test runs on a thread named after its path (`reference::gelu::tests::gelu_backward_...`), so
+/// the file ends up holding every comparison each test made; `cargo xtask witnesses` turns it into
+/// the per-layer table of worst differences. Without the variable this does nothing.
+fn witness(r: f64) {
+    use std::io::Write;
+    static LOG: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
+        std::sync::OnceLock::new();
+    let log = LOG.get_or_init(|| {
+        let path = std::env::var_os(WITNESS_LOG)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()?;
+        Some(std::sync::Mutex::new(file))
+    });
+    if let Some(Ok(mut file)) = log.as_ref().map(|m| m.lock()) {
+        let thread = std::thread::current();
+        // One write per line, so lines from parallel tests do not interleave.
+        let line = format!("{}\t{r:e}\n", thread.name().unwrap_or("?"));
+        let _ = file.write_all(line.as_bytes());
     }
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let worst = got
-        .iter()
-        .zip(want)
-        .fold(0.0f64, |m, (g, w)| m.max((g - w).abs()));
-    if scale == 0.0 { worst } else { worst / scale }
 }
 
 /// Fails unless `worst_rel(got, want) <= tol`, naming the tensor and the figure.

@@ -57,7 +57,9 @@ impl<B: Backend> DitAttention<B> {
         let q = split(self.to_q.forward(x.clone()));
         let k = split(self.to_k.forward(x.clone()));
         let v = split(self.to_v.forward(x));
-        let weights = softmax(q.matmul(k.swap_dims(2, 3)) / (d as f64).sqrt(), 3); // [G, H, L, L]
+        // Times 1/√d, not divided by √d: see `attention.rs` (Burn 0.21 takes the gradient of a
+        // division by a scalar in f32).
+        let weights = softmax(q.matmul(k.swap_dims(2, 3)) * (1.0 / (d as f64).sqrt()), 3); // [G, H, L, L]
         let y = weights.matmul(v).swap_dims(1, 2).reshape([g, l, c]);
         self.to_out.forward(y)
     }

@@ -287,7 +287,7 @@ impl<B: Backend> Gpt<B> {
     fn head(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let logits = self.lm_head.forward(self.ln_f.forward(x));
         match self.config.logit_softcap {
-            Some(c) => (logits / c).tanh() * c,
+            Some(c) => crate::softcap::softcap(logits, c),
             None => logits,
         }
     }

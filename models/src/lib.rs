@@ -29,6 +29,7 @@ pub mod reference;
 pub mod regroup;
 pub mod rope;
 pub mod silu;
+pub mod softcap;
 pub mod timestep;
 pub mod video_dit;
 pub mod video_pipeline;

@@ -7,12 +7,15 @@
 mod bench;
 mod mutants;
 mod tables;
+mod witnesses;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "Workspace tasks: benchmarks, tables, pre-registration, mutation testing")]
+#[command(
+    about = "Workspace tasks: benchmarks, tables, pre-registration, mutation testing, gradient witnesses"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,6 +37,9 @@ enum Command {
     /// Mutation testing of the gradient witnesses (cargo-mutants, installed on first use), in
     /// slices if need be; rewrites docs/mutants/ and the README's score.
     Mutants(mutants::MutantsArgs),
+    /// Run the gradient tests and write the table of worst differences per layer (hand-derived
+    /// against numerical, and against Burn's autodiff) into docs/witnesses.md and README.md.
+    Witnesses(witnesses::WitnessArgs),
     /// (internal) One run of one experiment, in a process of its own.
     #[command(hide = true)]
     RunOne(tables::RunOneArgs),
@@ -89,5 +95,6 @@ fn main() -> Result<()> {
         Command::Preregister(args) => tables::preregister(args),
         Command::RunOne(args) => tables::run_one(args),
         Command::Mutants(args) => mutants::run(args),
+        Command::Witnesses(args) => witnesses::run(args),
     }
 }

@@ -9,7 +9,7 @@
 //! a tab, why no test can or should catch it).
 
 use anyhow::{Context, Result, bail};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +32,20 @@ impl Scope {
         match self {
             Scope::Reference => "reference",
             Scope::Layers => "layers",
+        }
+    }
+
+    /// Whether a source file (relative to the workspace) is mutated in this scope.
+    fn contains(self, file: &str) -> bool {
+        let reference = file.starts_with("models/src/reference/");
+        match self {
+            Scope::Reference => reference && file.ends_with(".rs"),
+            Scope::Layers => {
+                file.starts_with("models/src/")
+                    && file.ends_with(".rs")
+                    && !reference
+                    && file != "models/src/testing.rs"
+            }
         }
     }
 
@@ -69,6 +83,10 @@ pub struct MutantsArgs {
     /// Per-mutant test timeout in seconds (cargo-mutants derives one from the baseline if unset).
     #[arg(long)]
     timeout: Option<u64>,
+    /// Only the mutants of this one file (which must lie in the scope), recorded as a slice of its
+    /// own: for a file added after the scope's shards were run, whose arrival shifts the shards.
+    #[arg(long)]
+    file: Option<String>,
     /// Mutate this checkout itself rather than a copy (cargo-mutants' `--in-place`): slices after
     /// the first then build incrementally from where the last one left off. Only in a checkout
     /// nobody is editing, e.g. a `git worktree` kept for the purpose.
@@ -80,8 +98,21 @@ pub fn run(args: MutantsArgs) -> Result<()> {
     if !args.summarise {
         ensure_installed()?;
         let mut cmd = Command::new(cargo());
-        cmd.args(["mutants", "--package", "nervus-models", "--no-shuffle"])
-            .args(args.scope.filters());
+        cmd.args(["mutants", "--package", "nervus-models", "--no-shuffle"]);
+        match &args.file {
+            Some(f) => {
+                if !args.scope.contains(f) {
+                    bail!("--file {f} is not in the `{}` scope", args.scope.name());
+                }
+                if args.shard.is_some() {
+                    bail!("--file and --shard do not go together: a file is a slice of its own");
+                }
+                cmd.args(["--file", f]);
+            }
+            None => {
+                cmd.args(args.scope.filters());
+            }
+        }
         if args.list {
             let status = cmd.arg("--list").status()?;
             if !status.success() {
@@ -95,7 +126,13 @@ pub fn run(args: MutantsArgs) -> Result<()> {
                 cmd.args(["--shard", s]);
                 format!("shard-{k}-of-{n}")
             }
-            None => "all".to_string(),
+            None => match &args.file {
+                Some(f) => format!(
+                    "file-{}",
+                    f.trim_start_matches("models/src/").replace('/', "-")
+                ),
+                None => "all".to_string(),
+            },
         };
         let out = PathBuf::from("target/mutants")
             .join(args.scope.name())
@@ -132,6 +169,10 @@ pub fn run(args: MutantsArgs) -> Result<()> {
             let text = std::fs::read_to_string(&from).unwrap_or_default();
             std::fs::write(record.join(format!("{kind}.txt")), text)?;
         }
+        // Which tree the slice mutated: slices of different commits add up only where the
+        // mutants they list are the same, which the summary checks against the current list.
+        let head = Command::new("git").args(["rev-parse", "HEAD"]).output()?;
+        std::fs::write(record.join("commit.txt"), &head.stdout)?;
         eprintln!("recorded in {}", record.display());
     }
     summarise(args.scope)
@@ -175,7 +216,8 @@ fn parse_shard(s: &str) -> Result<(usize, usize)> {
     }
 }
 
-/// The outcomes of every recorded slice of a scope.
+/// The outcomes of every recorded slice of a scope, each mutant counted once however many
+/// slices tested it.
 #[derive(Default, Debug, PartialEq)]
 struct Tally {
     slices: Vec<String>,
@@ -183,6 +225,8 @@ struct Tally {
     missed: Vec<String>,
     timeout: Vec<String>,
     unviable: usize,
+    /// Every mutant any slice tested, whatever the outcome.
+    tested: BTreeSet<String>,
 }
 
 impl Tally {
@@ -217,15 +261,59 @@ fn tally(dir: &Path) -> Tally {
         Err(_) => Vec::new(),
     };
     slices.sort();
+    let (mut caught, mut missed, mut timeout, mut unviable) = (
+        BTreeSet::new(),
+        BTreeSet::new(),
+        BTreeSet::new(),
+        BTreeSet::new(),
+    );
     for s in slices {
         t.slices
             .push(s.file_name().unwrap_or_default().to_string_lossy().into());
-        t.caught += lines(&s.join("caught.txt")).len();
-        t.unviable += lines(&s.join("unviable.txt")).len();
-        t.missed.extend(lines(&s.join("missed.txt")));
-        t.timeout.extend(lines(&s.join("timeout.txt")));
+        caught.extend(lines(&s.join("caught.txt")));
+        unviable.extend(lines(&s.join("unviable.txt")));
+        missed.extend(lines(&s.join("missed.txt")));
+        timeout.extend(lines(&s.join("timeout.txt")));
     }
+    // A mutant caught by any slice (a later one, with more tests) is caught.
+    missed.retain(|m| !caught.contains(m));
+    timeout.retain(|m| !caught.contains(m) && !missed.contains(m));
+    t.tested = caught
+        .iter()
+        .chain(&missed)
+        .chain(&timeout)
+        .chain(&unviable)
+        .cloned()
+        .collect();
+    t.caught = caught.len();
+    t.unviable = unviable.len();
+    t.missed = missed.into_iter().collect();
+    t.timeout = timeout.into_iter().collect();
     t
+}
+
+/// The scope's mutants in the current tree (`cargo mutants --list`), when cargo-mutants is
+/// installed; `None` otherwise.
+fn current_mutants(scope: Scope) -> Option<BTreeSet<String>> {
+    let out = Command::new(cargo())
+        .args([
+            "mutants",
+            "--package",
+            "nervus-models",
+            "--no-shuffle",
+            "--list",
+        ])
+        .args(scope.filters())
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    })
 }
 
 /// `docs/mutants/explained.tsv`: mutant → why it survives.
@@ -270,7 +358,11 @@ fn summarise(scope: Scope) -> Result<()> {
         scope.name(),
         t.slices.join(", ")
     )?;
-    let line = readme_line(scope, &t, unexplained.len());
+    let coverage = current_mutants(scope).map(|now| {
+        let untested: Vec<&String> = now.iter().filter(|m| !t.tested.contains(*m)).collect();
+        (now.len(), untested.len())
+    });
+    let line = readme_line(scope, &t, unexplained.len(), coverage);
     writeln!(md, "{line}\n")?;
     writeln!(md, "## Survivors\n")?;
     if t.missed.is_empty() {
@@ -304,9 +396,23 @@ fn summarise(scope: Scope) -> Result<()> {
     Ok(())
 }
 
-fn readme_line(scope: Scope, t: &Tally, unexplained: usize) -> String {
+/// `coverage`: how many mutants the current tree has in the scope, and how many of those no
+/// recorded slice has tested.
+fn readme_line(
+    scope: Scope,
+    t: &Tally,
+    unexplained: usize,
+    coverage: Option<(usize, usize)>,
+) -> String {
+    let covered = match coverage {
+        Some((0, _)) | None => String::new(),
+        Some((now, 0)) => format!("; every one of the current tree's {now} mutants tested"),
+        Some((now, untested)) => {
+            format!("; {untested} of the current tree's {now} mutants not tested yet")
+        }
+    };
     format!(
-        "`{}`: {} of {} viable mutants caught ({:.1}%), {} missed ({} not yet explained), {} timed out, {} unviable; slices: {}",
+        "`{}`: {} of {} viable mutants caught ({:.1}%), {} missed ({} not yet explained), {} timed out, {} unviable{covered}; slices: {}",
         scope.name(),
         t.caught,
         t.caught + t.missed.len(),
@@ -343,7 +449,7 @@ mod tests {
             std::fs::write(d.join("caught.txt"), c.join("\n")).unwrap();
             let m: Vec<String> = (0..missed).map(|i| format!("{slice} missed {i}")).collect();
             std::fs::write(d.join("missed.txt"), m.join("\n")).unwrap();
-            std::fs::write(d.join("unviable.txt"), "u\n\n").unwrap();
+            std::fs::write(d.join("unviable.txt"), format!("{slice} u\n\n")).unwrap();
         }
         let t = tally(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -352,5 +458,41 @@ mod tests {
         assert!((t.score() - 8.0 / 9.0).abs() < 1e-12);
         // Nothing viable is not a perfect score.
         assert!(Tally::default().score().is_nan());
+    }
+
+    #[test]
+    fn a_mutant_is_counted_once_and_caught_if_any_slice_caught_it() {
+        let dir = std::env::temp_dir().join(format!("nervus-mutants-once-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (slice, caught, missed) in [("a", "m1\nm2", "m3"), ("b", "m2\nm3", "m4")] {
+            let d = dir.join(slice);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("caught.txt"), caught).unwrap();
+            std::fs::write(d.join("missed.txt"), missed).unwrap();
+        }
+        let t = tally(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((t.caught, t.missed.clone()), (3, vec!["m4".to_string()]));
+        assert_eq!(t.tested.len(), 4);
+        let line = readme_line(Scope::Reference, &t, 1, Some((6, 2)));
+        assert!(
+            line.contains("3 of 4 viable mutants caught (75.0%)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("2 of the current tree's 6 mutants not tested yet"),
+            "{line}"
+        );
+        assert!(readme_line(Scope::Reference, &t, 1, Some((4, 0))).contains("every one of"));
+    }
+
+    #[test]
+    fn files_belong_to_one_scope() {
+        let r = "models/src/reference/modern_attention.rs";
+        assert!(Scope::Reference.contains(r) && !Scope::Layers.contains(r));
+        let l = "models/src/attention.rs";
+        assert!(Scope::Layers.contains(l) && !Scope::Reference.contains(l));
+        assert!(!Scope::Layers.contains("models/src/testing.rs"));
+        assert!(!Scope::Layers.contains("training/src/lib.rs"));
     }
 }

@@ -24,6 +24,8 @@ pub mod matrix;
 #[cfg(test)]
 mod mistakes;
 pub mod mlp;
+pub mod modern_attention;
+pub mod modern_gpt;
 pub mod modulate;
 pub mod muon;
 pub mod patch;

@@ -78,3 +78,27 @@ mod tests {
         assert_eq!(sigmoid(-1000.0), 0.0);
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, f32_exact, randn, tensor, to_vec};
+
+    #[test]
+    fn silu_matches_burn_autodiff() {
+        let x = Mat::new(4, 6, f32_exact(randn(381, 24, 3.0)));
+        let dy = Mat::new(4, 6, randn(382, 24, 1.0));
+        let xt = tensor::<AB, 2>(x.data.clone(), [4, 6]).require_grad();
+        let y = crate::silu::silu(xt.clone());
+        assert_close("y", &to_vec(y.clone()), &forward(&x).data, 1e-13);
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [4, 6]))
+            .sum()
+            .backward();
+        assert_close(
+            "dx",
+            &to_vec(xt.grad(&grads).unwrap()),
+            &backward(&x, &dy).data,
+            1e-12,
+        );
+    }
+}

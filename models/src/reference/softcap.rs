@@ -71,3 +71,30 @@ mod tests {
         assert!((big.data[2] - cap).abs() < 0.005 * cap);
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::testing::{AB, assert_close, f32_exact, randn, tensor, to_vec};
+
+    #[test]
+    fn softcap_matches_burn_autodiff() {
+        // The cap the modern GPT uses (30) against logits of std 40: the bend and the flat tail.
+        let cap = 30.0;
+        let z = Mat::new(5, 6, f32_exact(randn(373, 30, 40.0)));
+        let dy = Mat::new(5, 6, randn(374, 30, 1.0));
+        let zt = tensor::<AB, 2>(z.data.clone(), [5, 6]).require_grad();
+        let y = crate::softcap::softcap(zt.clone(), cap);
+        let want = forward(&z, cap);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-13);
+        let grads = (y * tensor::<AB, 2>(dy.data.clone(), [5, 6]))
+            .sum()
+            .backward();
+        assert_close(
+            "dz",
+            &to_vec(zt.grad(&grads).unwrap()),
+            &backward(&want, cap, &dy).data,
+            1e-12,
+        );
+    }
+}

@@ -172,3 +172,53 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod burn_parity {
+    use super::*;
+    use crate::feed_forward::FeedForwardConfig;
+    use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
+
+    /// The Burn feed-forward with `swiglu` on and no biases (the modern recipe's), loaded with
+    /// the reference's weights (`c_fc` the gate W1, `c_up` the value W3, `c_proj` W2).
+    #[test]
+    fn swiglu_matches_burn_autodiff() {
+        let (n, c, h) = (6, 8, 12);
+        let p = SwigluParams {
+            w1: Mat::new(c, h, f32_exact(randn(391, c * h, 0.3))),
+            w3: Mat::new(c, h, f32_exact(randn(392, c * h, 0.5))),
+            w2: Mat::new(h, c, f32_exact(randn(393, h * c, 0.5))),
+        };
+        let x = Mat::new(n, c, f32_exact(randn(394, n * c, 3.0)));
+        let dy = Mat::new(n, c, randn(395, n * c, 1.0));
+        let m = load(
+            FeedForwardConfig::new(c, h)
+                .with_swiglu(true)
+                .with_bias(false)
+                .init::<AB>(&Default::default()),
+            &[
+                ("c_fc.weight", &[c, h], &p.w1.data),
+                ("c_up.weight", &[c, h], &p.w3.data),
+                ("c_proj.weight", &[h, c], &p.w2.data),
+            ],
+        );
+        let xt = tensor::<AB, 3>(x.data.clone(), [1, n, c]).require_grad();
+        let y = m.forward(xt.clone());
+        let (want, cache) = forward(&x, &p);
+        assert_close("y", &to_vec(y.clone()), &want.data, 1e-12);
+        let grads = (y * tensor::<AB, 3>(dy.data.clone(), [1, n, c]))
+            .sum()
+            .backward();
+        let g = backward(&cache, &p, &dy);
+        assert_close("dx", &to_vec(xt.grad(&grads).unwrap()), &g.dx.data, 1e-12);
+        let got = grads_by_path(&m, &grads);
+        assert_eq!(got.len(), 3, "parameters: {:?}", got.keys());
+        for (name, want) in [
+            ("c_fc.weight", &g.w1.data),
+            ("c_up.weight", &g.w3.data),
+            ("c_proj.weight", &g.w2.data),
+        ] {
+            assert_close(name, &got[name], want, 1e-11);
+        }
+    }
+}
