@@ -404,12 +404,24 @@ mod tests {
 }
 
 #[cfg(test)]
-mod burn_parity {
+pub(crate) mod burn_parity {
     use super::tests::point;
     use super::*;
     use crate::attention::CausalSelfAttentionConfig;
     use crate::testing::{AB, assert_close, grads_by_path, load, randn, tensor, to_vec};
     use burn::prelude::*;
+
+    /// The Burn document mask `[B, T, T]` (true where the key is in another document) for one
+    /// document id per token, `[B·T]`.
+    pub(crate) fn doc_mask(docs: &[usize], b: usize, t: usize) -> Tensor<AB, 3, Bool> {
+        let hide: Vec<bool> = (0..b * t * t)
+            .map(|e| {
+                let (bi, i, j) = (e / (t * t), e / t % t, e % t);
+                docs[bi * t + i] != docs[bi * t + j]
+            })
+            .collect();
+        Tensor::from_data(TensorData::new(hide, [b, t, t]), &Default::default())
+    }
 
     /// The Burn module with the point's switches, loaded with the reference's weights: output and
     /// every gradient, f64 on both sides.
@@ -438,15 +450,7 @@ mod burn_parity {
                 .init::<AB>(&Default::default()),
             &weights,
         );
-        let mask = s.docs.as_ref().map(|docs| {
-            let hide: Vec<bool> = (0..b * t * t)
-                .map(|e| {
-                    let (bi, i, j) = (e / (t * t), e / t % t, e % t);
-                    docs[bi * t + i] != docs[bi * t + j]
-                })
-                .collect();
-            Tensor::<AB, 3, Bool>::from_data(TensorData::new(hide, [b, t, t]), &Default::default())
-        });
+        let mask = s.docs.as_ref().map(|docs| doc_mask(docs, b, t));
         let xt = tensor::<AB, 3>(x.data.clone(), [b, t, c]).require_grad();
         let y = m.forward(xt.clone(), mask);
         let (want, cache) = forward(x, p, s);

@@ -397,14 +397,8 @@ mod burn_parity {
                 &device,
             )
         };
-        let docs = s.attn.docs.clone().expect("documents");
-        let hide: Vec<bool> = (0..B * T * T)
-            .map(|e| {
-                let (b, i, j) = (e / (T * T), e / T % T, e % T);
-                docs[b * T + i] != docs[b * T + j]
-            })
-            .collect();
-        let mask = Tensor::<AB, 3, Bool>::from_data(TensorData::new(hide, [B, T, T]), &device);
+        let docs = s.attn.docs.as_ref().expect("documents");
+        let mask = super::super::modern_attention::burn_parity::doc_mask(docs, B, T);
         let loss = model.loss_masked(ints(&IDS), ints(&TARGETS), Some(mask));
         let (want, cache) = forward(&p, &s, &IDS, &TARGETS);
         assert_close("loss", &to_vec(loss.clone()), &[want], 1e-13);
