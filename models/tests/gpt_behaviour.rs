@@ -9,6 +9,17 @@ use nervus_models::gpt::{Gpt, GptConfig, GptSize};
 type TB = burn_ndarray::NdArray<f64>;
 type AB = Autodiff<TB>;
 
+/// NdArray's seeded generator is one per process, the tests of this file run on parallel
+/// threads, and Burn draws a parameter's initial values lazily, at its first use. So each test
+/// holds this lock from its seed to its end: no other test's draws land among its own. (Without
+/// it, `first_loss_is_ln_vocab` got other weights from run to run, and once missed its bound:
+/// 4.1964 against 4.1744.)
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn ids<B: Backend>(v: &[i64], rows: usize) -> Tensor<B, 2, Int> {
     Tensor::from_data(
         TensorData::new(v.to_vec(), [rows, v.len() / rows]),
@@ -24,6 +35,7 @@ fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
 /// nothing. Mean over 8 seeds within 0.02 (GPT-2's N(0, 0.02) init leaves the logits ~0.1 wide).
 #[test]
 fn first_loss_is_ln_vocab() {
+    let _rng = rng_lock();
     let v = 65;
     let mut total = 0.0;
     for seed in 0..8 {
@@ -59,6 +71,7 @@ fn small() -> Gpt<AB> {
 /// would hide that, SGD would not).
 #[test]
 fn three_copies_of_the_only_window_give_the_gradient_of_one() {
+    let _rng = rng_lock();
     let m = small();
     let text = [1i64, 4, 2, 8, 5, 7, 3];
     let grads = |copies: usize| {
@@ -81,6 +94,7 @@ fn three_copies_of_the_only_window_give_the_gradient_of_one() {
 /// Changing a token leaves every earlier position's logits bit-for-bit unchanged.
 #[test]
 fn the_future_cannot_change_the_past() {
+    let _rng = rng_lock();
     let m = small();
     let a = [1i64, 4, 2, 8, 5, 7];
     for k in 1..6 {
@@ -102,6 +116,7 @@ fn the_future_cannot_change_the_past() {
 /// positions get exactly zero gradient, and every earlier row gets some.
 #[test]
 fn the_past_loss_does_not_blame_the_future() {
+    let _rng = rng_lock();
     let m = small();
     let x = [1i64, 4, 2, 8, 5, 7];
     let logits = m.forward(ids::<AB>(&x, 1)); // [1, 6, 9]
