@@ -144,6 +144,16 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "x must have B·F·N rows")]
+    fn a_clip_of_the_wrong_length_is_refused() {
+        // One frame's worth of rows too many would regroup without an index error, silently
+        // mixing the extra rows into the last clip's groups: the shape check must stop it.
+        let (b, f, n) = (2, 3, 4);
+        let x = Mat::zeros(b * f * n + n, 2);
+        regroup(&x, b, f, n, Axis::Time);
+    }
+
+    #[test]
     fn regroup_round_trips_and_orders_as_documented() {
         // Rows that name themselves: row r holds r in every column.
         let x = Mat::new(
