@@ -124,6 +124,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_large_shift_is_invisible_because_the_variance_is_taken_about_the_mean() {
+        // Rows of std 3 shifted by 1e6: the two-pass variance Σ(v − m)²/c sees only the spread,
+        // while the one-pass form Σ(v² − m²)/c, equal on paper, cancels 1e12-sized terms and
+        // keeps ~1e-4 of error. The outputs must match the unshifted rows' to 1e-8.
+        let (n, c) = (4, 8);
+        let x = Mat::new(n, c, randn(51, n * c, 3.0));
+        let shifted = Mat::new(n, c, x.data.iter().map(|v| v + 1e6).collect());
+        let gamma = vec![1.0; c];
+        let beta = vec![0.0; c];
+        let (y, _) = forward(&x, &gamma, &beta, EPS);
+        let (ys, _) = forward(&shifted, &gamma, &beta, EPS);
+        let r = worst_rel(&ys.data, &y.data);
+        assert!(r < 1e-8, "shifted rows normalise differently: {r:e}");
+    }
+
+    #[test]
     fn gradient_has_no_shift_or_stretch_component() {
         // The two projections the derivation removes: Σ_j dx_j = 0 and Σ_j dx_j·x̂_j = 0 per row.
         // The second holds exactly only without eps (with it, a stretch moves x̂ by a factor
