@@ -111,7 +111,7 @@ pub fn backward(cache: &BlockCache, p: &BlockParams, dy: &Mat) -> BlockGrads {
     }
 }
 
-fn add(a: &Mat, b: &Mat) -> Mat {
+pub(super) fn add(a: &Mat, b: &Mat) -> Mat {
     assert_eq!(
         (a.rows, a.cols),
         (b.rows, b.cols),

@@ -9,6 +9,7 @@
 //! `dx = dx_out + (branch's dx)` around each of the two branches, and at the bottom the
 //! embedding's rows are added by token id.
 
+use super::block::add;
 use super::modern_attention::{
     self, ModernAttentionCache, ModernAttentionParams, ModernAttentionShape,
 };
@@ -71,14 +72,6 @@ pub struct ModernGptCache {
     /// The soft-capped logits (the soft-cap's backward reads its slope from them).
     capped: Mat,
     probs: Mat,
-}
-
-fn add(a: &Mat, b: &Mat) -> Mat {
-    Mat::new(
-        a.rows,
-        a.cols,
-        a.data.iter().zip(&b.data).map(|(x, y)| x + y).collect(),
-    )
 }
 
 /// The mean cross-entropy of `targets` given `ids` (`B·T` each, batch-major), and the cache.
