@@ -49,7 +49,13 @@ fn t<const D: usize>(v: &[f64], shape: [usize; D]) -> Tensor<AB, D> {
     Tensor::from_data(TensorData::new(v.to_vec(), shape), &Default::default())
 }
 
+/// Burn draws initial weights from one process-wide generator, lazily: a test that seeds it holds
+/// this lock until every parameter it drew has its value, and a test that makes a module holds it
+/// while the module is made, so that no draws interleave.
+static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn burn_mlp(p: &MlpParams) -> Mlp<AB> {
+    let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = MlpConfig::new()
         .with_input(IN)
         .with_hidden(HID)
@@ -228,12 +234,20 @@ fn muon_takes_the_block_matrices_and_adamw_the_rest() {
     use nervus_models::gpt::{Gpt, GptConfig};
     use nervus_training::muon::Muon;
     let dev = Default::default();
-    let model: Gpt<AB> = GptConfig::new(11)
-        .with_context(6)
-        .with_d_model(8)
-        .with_heads(2)
-        .modern()
-        .init(&dev);
+    // Seeded, and every weight drawn under the lock: the same model, and so the same figure, on
+    // every run.
+    let model: Gpt<AB> = {
+        let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
+        TB::seed(&dev, 17);
+        let model: Gpt<AB> = GptConfig::new(11)
+            .with_context(6)
+            .with_d_model(8)
+            .with_heads(2)
+            .modern()
+            .init(&dev);
+        let _ = nervus_models::named::export(&model);
+        model
+    };
     let ids = |v: Vec<i64>| Tensor::<AB, 2, Int>::from_data(TensorData::new(v, [2, 6]), &dev);
     let x = ids(vec![1, 4, 2, 9, 3, 0, 5, 5, 7, 10, 6, 8]);
     let y = ids(vec![4, 2, 9, 3, 0, 1, 5, 7, 10, 6, 8, 2]);
