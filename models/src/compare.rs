@@ -22,11 +22,24 @@ pub fn worst_rel(got: &[f64], want: &[f64]) -> f64 {
 /// The environment variable naming the file [`worst_rel`] appends its results to.
 pub const WITNESS_LOG: &str = "NERVUS_WITNESS_LOG";
 
+/// Logs one named figure of a test, with the bound the test holds it to: a fixture's difference
+/// for one tensor (`grad.h.0.attn.c_attn.bias`, `loss`). The line's key is
+/// `<thread name>#<name>#<tol>`, which `cargo xtask witnesses` reads into the fixture table. Does
+/// nothing unless [`WITNESS_LOG`] is set.
+pub fn record(name: &str, r: f64, tol: f64) {
+    log_line(&format!("#{name}#{tol:e}"), r);
+}
+
 /// When [`WITNESS_LOG`] names a file, appends `<thread name>\t<r>` to it. Under the test harness a
 /// test runs on a thread named after its path (`reference::gelu::tests::gelu_backward_...`), so
 /// the file ends up holding every comparison each test made; `cargo xtask witnesses` turns it into
 /// the per-layer table of worst differences. Without the variable this does nothing.
 fn witness(r: f64) {
+    log_line("", r);
+}
+
+/// Appends `<thread name><suffix>\t<r>` to the witness log, if there is one.
+fn log_line(suffix: &str, r: f64) {
     use std::io::Write;
     static LOG: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
         std::sync::OnceLock::new();
@@ -42,7 +55,7 @@ fn witness(r: f64) {
     if let Some(Ok(mut file)) = log.as_ref().map(|m| m.lock()) {
         let thread = std::thread::current();
         // One write per line, so lines from parallel tests do not interleave.
-        let line = format!("{}\t{r:e}\n", thread.name().unwrap_or("?"));
+        let line = format!("{}{suffix}\t{r:e}\n", thread.name().unwrap_or("?"));
         let _ = file.write_all(line.as_bytes());
     }
 }

@@ -13,7 +13,7 @@
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use nervus_models::checkpoint::TensorFile;
-use nervus_models::compare::worst_rel;
+use nervus_models::compare::{record, worst_rel};
 use nervus_models::diffusers;
 use std::path::PathBuf;
 
@@ -114,6 +114,7 @@ fn dit_fixture_output_loss_and_every_gradient() {
     );
     for (name, v) in &report {
         println!("  {v:9.2e}  {name}");
+        record(name, *v, tol(name));
     }
     // NaN is not within tolerance: `v <= tol` is false for NaN, and so is the filter's negation of it.
     let within = |n: &str, v: f64| v <= tol(n);

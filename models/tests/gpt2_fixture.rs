@@ -13,7 +13,7 @@
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use nervus_models::checkpoint::TensorFile;
-use nervus_models::compare::worst_rel;
+use nervus_models::compare::{record, worst_rel};
 use nervus_models::gpt2;
 use std::path::PathBuf;
 
@@ -79,6 +79,7 @@ fn gpt2_fixture_logits_loss_and_every_gradient() {
     println!("worst relative difference per tensor (tolerance {TOL:.0e}):");
     for (name, r) in &report {
         println!("  {r:9.2e}  {name}");
+        record(name, *r, TOL);
     }
     // NaN fails: `r <= TOL` is false for it, so it lands in `bad`.
     let within = |r: f64| r <= TOL;

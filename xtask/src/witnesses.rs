@@ -79,13 +79,11 @@ pub fn classify(path: &str, binary: Option<&str>) -> Option<(String, Kind)> {
 pub fn parse(log: &str, binary: Option<&str>) -> Result<Vec<Witness>> {
     let mut worst: BTreeMap<String, f64> = BTreeMap::new();
     for (i, line) in log.lines().enumerate() {
-        let (test, value) = line
-            .split_once('\t')
-            .with_context(|| format!("witness log line {}: no tab in `{line}`", i + 1))?;
-        let v: f64 = value
-            .trim()
-            .parse()
-            .with_context(|| format!("witness log line {}: `{value}` is not a number", i + 1))?;
+        let (test, v) = split_line(i, line)?;
+        // `test#name#tol`: a named figure (a fixture's tensor), read by `parse_fixtures`.
+        if test.contains('#') {
+            continue;
+        }
         let w = worst.entry(test.to_string()).or_insert(0.0);
         // A NaN or infinity must show, not vanish under max.
         *w = if v.is_finite() && w.is_finite() {
@@ -106,6 +104,115 @@ pub fn parse(log: &str, binary: Option<&str>) -> Result<Vec<Witness>> {
             })
         })
         .collect())
+}
+
+/// One line of a witness log: the key before the tab and the number after it.
+fn split_line(i: usize, line: &str) -> Result<(&str, f64)> {
+    let (key, value) = line
+        .split_once('\t')
+        .with_context(|| format!("witness log line {}: no tab in `{line}`", i + 1))?;
+    let v: f64 = value
+        .trim()
+        .parse()
+        .with_context(|| format!("witness log line {}: `{value}` is not a number", i + 1))?;
+    Ok((key, v))
+}
+
+/// One tensor of a fixture test: how far ours is from the fixture and the bound the test holds it to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixtureRow {
+    pub test: String,
+    pub name: String,
+    pub worst: f64,
+    pub tol: f64,
+}
+
+/// Reads the named figures (`test#name#tol<TAB>value`, written by `compare::record`) of a log.
+pub fn parse_fixtures(log: &str) -> Result<Vec<FixtureRow>> {
+    let mut rows: BTreeMap<(String, String), FixtureRow> = BTreeMap::new();
+    for (i, line) in log.lines().enumerate() {
+        let (key, v) = split_line(i, line)?;
+        let mut parts = key.splitn(3, '#');
+        let (Some(test), Some(name), Some(tol)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let tol: f64 = tol.parse().with_context(|| {
+            format!("witness log line {}: bound `{tol}` is not a number", i + 1)
+        })?;
+        let row = rows
+            .entry((test.to_string(), name.to_string()))
+            .or_insert(FixtureRow {
+                test: test.to_string(),
+                name: name.to_string(),
+                worst: 0.0,
+                tol,
+            });
+        row.worst = if v.is_finite() && row.worst.is_finite() {
+            row.worst.max(v)
+        } else {
+            f64::INFINITY
+        };
+    }
+    Ok(rows.into_values().collect())
+}
+
+/// The fixture table: per fixture test, the output's and the loss's difference, and the worst
+/// gradient of each group held to one bound (the largest group first), with the bounds in the
+/// same order.
+pub fn fixture_table(rows: &[FixtureRow]) -> String {
+    let mut by_test: BTreeMap<&str, Vec<&FixtureRow>> = BTreeMap::new();
+    for r in rows {
+        by_test.entry(&r.test).or_default().push(r);
+    }
+    let mut out = String::from(
+        "| fixture | output | loss | worst gradient | bound |\n|---|---|---|---|---|\n",
+    );
+    for (test, rows) in by_test {
+        let label = if test.contains("gpt2") {
+            "GPT-2 (transformers)"
+        } else if test.contains("dit") {
+            "DiT (diffusers)"
+        } else {
+            test
+        };
+        let show = |r: &FixtureRow| format!("{:.1e}", r.worst);
+        let output = rows
+            .iter()
+            .filter(|r| !r.name.starts_with("grad.") && r.name != "loss")
+            .map(|r| format!("{} {}", r.name, show(r)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let loss = rows
+            .iter()
+            .find(|r| r.name == "loss")
+            .map_or("–".to_string(), |r| show(r));
+        // Gradients grouped by their bound; the bound most of them share comes first.
+        let mut groups: Vec<(f64, Vec<&FixtureRow>)> = Vec::new();
+        for r in rows.iter().filter(|r| r.name.starts_with("grad.")) {
+            match groups.iter_mut().find(|(t, _)| *t == r.tol) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((r.tol, vec![r])),
+            }
+        }
+        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
+        let mut grads = Vec::new();
+        let mut bounds = Vec::new();
+        for (tol, g) in &groups {
+            let worst = g
+                .iter()
+                .max_by(|a, b| a.worst.total_cmp(&b.worst))
+                .expect("a group is never empty");
+            let name = worst.name.trim_start_matches("grad.");
+            grads.push(format!("{} (`{name}`) of {}", show(worst), g.len()));
+            bounds.push(format!("{tol:.0e}"));
+        }
+        out.push_str(&format!(
+            "| {label} | {output} | {loss} | {} | {} |\n",
+            grads.join("; "),
+            bounds.join("; ")
+        ));
+    }
+    out
 }
 
 /// The markdown table: one row per layer, the worst figure of each kind and how many tests gave it.
@@ -167,10 +274,27 @@ pub fn run(args: WitnessArgs) -> Result<()> {
         &["-p", "nervus-training", "--test", "optim_parity"],
         &dir.join("optim.log"),
     )?;
+    let fixtures = run_tests(
+        &[
+            "-p",
+            "nervus-models",
+            "--test",
+            "gpt2_fixture",
+            "--test",
+            "dit_fixture",
+        ],
+        &dir.join("fixtures.log"),
+    )?;
     let mut all = parse(&models, None)?;
     all.extend(parse(&optim, Some("optimizer"))?);
     let body = table(&all);
     println!("{body}");
+    let fixture_rows = parse_fixtures(&fixtures)?;
+    if fixture_rows.is_empty() {
+        bail!("the fixture tests logged no figures (do they call compare::record?)");
+    }
+    let fixture_body = fixture_table(&fixture_rows);
+    println!("{fixture_body}");
     if args.print {
         return Ok(());
     }
@@ -181,19 +305,34 @@ pub fn run(args: WitnessArgs) -> Result<()> {
          worst over the tests of a layer). Numerical: the hand-derived backward against a centred \
          difference in f64. Burn autodiff: the hand-derived pass against the Burn module's autodiff \
          gradients on `NdArray<f64>` with the same weights (for the optimizer rows, Burn's optimizer \
-         steps against the reference's).\n\n{body}\n\n## Per test\n\n| test | kind | worst |\n|---|---|---|\n{}",
+         steps against the reference's).\n\n{body}\n\n## Per test\n\n| test | kind | worst |\n|---|---|---|\n{}\n\n\
+         ## The Hugging Face fixtures\n\n\
+         Our models (f64) against the outputs, losses and gradients transformers and diffusers \
+         computed (f32) for the scrambled checkpoints in `models/tests/fixtures/`; worst relative \
+         difference per tensor, and the bound the test holds it to.\n\n{fixture_body}\n\n\
+         | test | tensor | worst | bound |\n|---|---|---|---|\n{}",
         all.iter()
             .map(|w| format!("| `{}` | {:?} | {:.2e} |\n", w.test, w.kind, w.worst))
+            .collect::<String>(),
+        fixture_rows
+            .iter()
+            .map(|r| format!(
+                "| `{}` | `{}` | {:.2e} | {:.0e} |\n",
+                r.test, r.name, r.worst, r.tol
+            ))
             .collect::<String>()
     );
     std::fs::write(DOC, doc)?;
-    let readme = std::fs::read_to_string("README.md").context("README.md")?;
-    match crate::tables::replace_between(&readme, "witnesses", "table", &body) {
-        Some(new) => std::fs::write("README.md", new)?,
-        None => {
-            eprintln!("README has no <!-- witnesses:table --> markers: the table is only in {DOC}")
+    let mut readme = std::fs::read_to_string("README.md").context("README.md")?;
+    for (name, text) in [("table", &body), ("fixtures", &fixture_body)] {
+        match crate::tables::replace_between(&readme, "witnesses", name, text) {
+            Some(new) => readme = new,
+            None => eprintln!(
+                "README has no <!-- witnesses:{name} --> markers: that table is only in {DOC}"
+            ),
         }
     }
+    std::fs::write("README.md", readme)?;
     eprintln!("wrote {DOC}");
     Ok(())
 }
@@ -238,5 +377,29 @@ mod tests {
         let t = table(&w);
         assert!(t.contains("| relu | 3.0e-8 | inf |"), "{t}");
         assert!(parse("no tab here", None).is_err());
+    }
+
+    #[test]
+    fn the_fixture_table_names_the_worst_gradient_and_every_other_bound() {
+        let log = "gpt_fix\t1e-9\n\
+                   gpt_fix#logits#2e-5\t3e-7\n\
+                   gpt_fix#loss#2e-5\t7e-8\n\
+                   gpt_fix#grad.a#2e-5\t1e-7\n\
+                   gpt_fix#grad.b#2e-5\t6e-7\n\
+                   gpt_fix#grad.b#2e-5\t2e-7\n\
+                   gpt_fix#grad.c#2e-4\t5e-5\n";
+        let rows = parse_fixtures(log).unwrap();
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        let t = fixture_table(&rows);
+        assert!(
+            t.contains(
+                "| gpt_fix | logits 3.0e-7 | 7.0e-8 | 6.0e-7 (`b`) of 2; 5.0e-5 (`c`) of 1 | 2e-5; 2e-4 |"
+            ),
+            "{t}"
+        );
+        // The named lines stay out of the per-layer table, and the bare line is no witness kind.
+        assert!(parse(log, None).unwrap().is_empty());
+        let nan = parse_fixtures("f#grad.a#1e-5\tNaN\nf#grad.a#1e-5\t1e-9\n").unwrap();
+        assert!(nan[0].worst.is_infinite(), "a NaN is not lost under max");
     }
 }
