@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nervus_datasets::documents::{AUSTEN, Source};
-use nervus_datasets::download::{Checksum, Fetched, Remote, client, fetch, file_digest};
+use nervus_datasets::download::{Fetched, client, fetch_recorded, record_path};
 use nervus_datasets::rng::Rng;
 use nervus_datasets::text;
 use nervus_inference::generate::{SampleOptions, generate};
@@ -145,36 +145,34 @@ struct Args {
 const TINYSTORIES: &str = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/";
 
 /// TinyStories publishes no checksum: the first download's sha256 is recorded beside the file
-/// and every later use checks the file against it.
+/// (`<file>.sha256`) and every later use checks the file against it.
 fn tinystories(file: &str) -> Result<PathBuf> {
     let dest = nervus_datasets::cache::data_dir().join("text").join(file);
-    let record = dest.with_extension("txt.sha256");
-    let known = std::fs::read_to_string(&record)
-        .ok()
-        .map(|s| s.trim().to_string());
-    let remote = Remote {
-        what: format!("TinyStories {file}"),
-        urls: vec![format!("{TINYSTORIES}{file}")],
-        dest: dest.clone(),
-        checksum: known.clone().map(Checksum::Sha256),
+    let mut shown = 0u64;
+    let mut progress = |done: u64, total: Option<u64>| {
+        // A line every 5% (or every 100 MB when the size is not known).
+        let step = total.map_or(100 << 20, |t| (t / 20).max(1));
+        if done >= shown + step || Some(done) == total {
+            shown = done;
+            match total {
+                Some(t) => eprintln!("  {file}: {} of {} MB", done >> 20, t >> 20),
+                None => eprintln!("  {file}: {} MB", done >> 20),
+            }
+        }
     };
-    match fetch(&client()?, &remote, &mut |_, _| {})? {
-        Fetched::Downloaded { bytes, sha256 } => {
-            if known.is_none() {
-                nervus_datasets::text::write_atomic(&record, format!("{sha256}\n").as_bytes())?;
-                println!(
-                    "downloaded {bytes} bytes into {}; sha256 {sha256} recorded in {}",
-                    dest.display(),
-                    record.display()
-                );
-            }
-        }
-        Fetched::Cached => {
-            if known.is_none() {
-                let sha = file_digest(&dest, &Checksum::Sha256(String::new()))?;
-                nervus_datasets::text::write_atomic(&record, format!("{sha}\n").as_bytes())?;
-            }
-        }
+    let fetched = fetch_recorded(
+        &client()?,
+        &format!("TinyStories {file}"),
+        vec![format!("{TINYSTORIES}{file}")],
+        &dest,
+        &mut progress,
+    )?;
+    if let Fetched::Downloaded { bytes, sha256 } = fetched {
+        println!(
+            "downloaded {bytes} bytes into {}; sha256 {sha256} (recorded in {})",
+            dest.display(),
+            record_path(&dest).display()
+        );
     }
     Ok(dest)
 }

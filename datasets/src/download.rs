@@ -170,6 +170,65 @@ pub fn fetch(
     })
 }
 
+/// Where [`fetch_recorded`] keeps the sha256 of a file's first download: `<dest>.sha256`.
+pub fn record_path(dest: &Path) -> PathBuf {
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(".sha256");
+    dest.with_file_name(name)
+}
+
+/// Trust on first use, for a source that publishes no checksum: the sha256 of the first download
+/// (or of a copy found in place with no record) is written to [`record_path`], and from then on
+/// the file is held to it. A cached copy that no longer matches is fetched again, and a source that
+/// now serves other bytes is refused with an error naming the record, which is left as it was.
+pub fn fetch_recorded(
+    client: &reqwest::blocking::Client,
+    what: &str,
+    urls: Vec<String>,
+    dest: &Path,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Fetched> {
+    let record = record_path(dest);
+    let known = match std::fs::read_to_string(&record) {
+        Ok(text) => {
+            let sha = text.trim().to_string();
+            if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(DataError::format(
+                    &record,
+                    format!(
+                        "not a sha256 (64 hex digits) but `{}`: delete it to record the file afresh",
+                        sha.chars().take(80).collect::<String>()
+                    ),
+                ));
+            }
+            Some(sha.to_ascii_lowercase())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(DataError::io(&record, e)),
+    };
+    let remote = Remote {
+        what: match &known {
+            Some(_) => format!(
+                "{what} (sha256 recorded at its first download in {})",
+                record.display()
+            ),
+            None => what.to_string(),
+        },
+        urls,
+        dest: dest.to_path_buf(),
+        checksum: known.clone().map(Checksum::Sha256),
+    };
+    let fetched = fetch(client, &remote, progress)?;
+    if known.is_none() {
+        let sha = match &fetched {
+            Fetched::Downloaded { sha256, .. } => sha256.clone(),
+            Fetched::Cached => file_digest(dest, &Checksum::Sha256(String::new()))?,
+        };
+        crate::text::write_atomic(&record, format!("{sha}\n").as_bytes())?;
+    }
+    Ok(fetched)
+}
+
 enum FetchError {
     /// No connection could be made: try the next mirror, and say "offline" if none answers.
     Unreachable(String),

@@ -36,7 +36,8 @@ pub enum DataError {
     /// No mirror could be reached at all.
     #[error(
         "offline: could not reach {tried} for {what}. Place the files by hand in {dir} \
-         (names: {names}) and run again without --download"
+         (names: {names}) and run the same command again: a file in place is checked and used, \
+         not fetched"
     )]
     Offline {
         what: String,

@@ -3,7 +3,9 @@
 //! Nothing here touches the network.
 
 use nervus_datasets::DataError;
-use nervus_datasets::download::{Checksum, Fetched, Remote, fetch, sha256_hex};
+use nervus_datasets::download::{
+    Checksum, Fetched, Remote, fetch, fetch_recorded, record_path, sha256_hex,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -182,7 +184,10 @@ fn a_dead_mirror_falls_through_and_all_dead_means_offline() {
     assert!(matches!(e, DataError::Offline { .. }), "{e}");
     let msg = e.to_string();
     assert!(
-        msg.starts_with("offline") && msg.contains("by hand") && msg.contains(" g)"),
+        msg.starts_with("offline")
+            && msg.contains("by hand")
+            && msg.contains(" g)")
+            && msg.contains("same command again"),
         "{msg}"
     );
 }
@@ -206,4 +211,75 @@ fn mnist_download_writes_the_four_files_it_verified() {
         "{e}"
     );
     assert!(leftovers(&dir).is_empty());
+}
+
+/// Trust on first use (TinyStories publishes no checksum): the first download records its sha256,
+/// later calls are served from the cache against that record, a damaged copy is fetched again, and
+/// a source that now serves other bytes is refused with the record left as it was.
+#[test]
+fn a_first_download_records_its_hash_and_is_held_to_it() {
+    let (base, hits) = serve();
+    let dir = scratch("tofu");
+    let dest = dir.join("stories.txt");
+    let record = record_path(&dest);
+    assert_eq!(record, dir.join("stories.txt.sha256"));
+    let get = |path: &str| {
+        fetch_recorded(
+            &client(),
+            "stories",
+            vec![format!("{base}{path}")],
+            &dest,
+            &mut |_, _| {},
+        )
+    };
+    assert!(matches!(get("/good").unwrap(), Fetched::Downloaded { .. }));
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(recorded.trim(), sha256_hex(GOOD));
+    assert_eq!(get("/good").unwrap(), Fetched::Cached);
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "the cached copy is trusted");
+
+    // A damaged copy is checked against the record and fetched again.
+    std::fs::write(&dest, b"damaged").unwrap();
+    assert!(matches!(get("/good").unwrap(), Fetched::Downloaded { .. }));
+    assert_eq!(std::fs::read(&dest).unwrap(), GOOD);
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // The source now serves other bytes: refused, naming the record, which is kept.
+    std::fs::write(&dest, b"damaged again").unwrap();
+    let e = get("/corrupt").unwrap_err();
+    assert!(matches!(e, DataError::Checksum { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("stories.txt.sha256"), "{msg}");
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), recorded);
+    assert!(!dir.join("stories.txt.partial").exists());
+
+    // A record that is not a hash is an error that names it, not a silent re-record.
+    std::fs::write(&record, "not a hash\n").unwrap();
+    let e = get("/good").unwrap_err().to_string();
+    assert!(
+        e.contains("stories.txt.sha256") && e.contains("64 hex"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_copy_put_in_place_by_hand_is_recorded_without_a_download() {
+    let (base, hits) = serve();
+    let dir = scratch("byhand");
+    let dest = dir.join("stories.txt");
+    std::fs::write(&dest, b"copied from elsewhere").unwrap();
+    let got = fetch_recorded(
+        &client(),
+        "stories",
+        vec![format!("{base}/good")],
+        &dest,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(got, Fetched::Cached);
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        std::fs::read_to_string(record_path(&dest)).unwrap().trim(),
+        sha256_hex(b"copied from elsewhere")
+    );
 }
