@@ -263,6 +263,32 @@ pub(crate) mod tests {
         assert!(g.dgate.data.iter().all(|&v| v != 0.0));
         assert_eq!(g.dx, dy);
     }
+
+    /// A per-sample vector with a row too many would be read without an index error (sample b
+    /// takes row b, the extra row is never touched), silently pairing tokens with the wrong
+    /// conditioning if the batch were laid out differently: it is refused.
+    #[test]
+    #[should_panic(expected = "per-sample vectors must be [B, D]")]
+    fn a_shift_with_a_row_too_many_is_refused() {
+        let x = Mat::new(B * N, D, randn(242, B * N * D, 1.0));
+        let wrong = Mat::zeros(B + 1, D);
+        let _ = modulate(&x, &wrong, &Mat::zeros(B, D), N, EPS);
+    }
+
+    #[test]
+    #[should_panic(expected = "per-sample vectors must be [B, D]")]
+    fn a_gate_with_a_row_too_many_is_refused() {
+        let x = Mat::new(B * N, D, randn(243, B * N * D, 1.0));
+        let _ = gated_residual(&x, &Mat::zeros(B + 1, D), &x, N);
+    }
+
+    #[test]
+    #[should_panic(expected = "rows not a multiple of N")]
+    fn tokens_that_do_not_fill_whole_samples_are_refused() {
+        // B·N + 1 rows: (B·N + 1) / N = B per-sample rows would pass the shape test.
+        let x = Mat::new(B * N + 1, D, randn(244, (B * N + 1) * D, 1.0));
+        let _ = modulate(&x, &Mat::zeros(B, D), &Mat::zeros(B, D), N, EPS);
+    }
 }
 
 #[cfg(test)]
