@@ -107,6 +107,87 @@ pub fn numerical_grad(x: &[f64], h: f64, mut f: impl FnMut(&[f64]) -> f64) -> Ve
 
 #[cfg(test)]
 #[test]
+#[should_panic(expected = "w: worst relative difference 2.500e-1 exceeds 1e-1")]
+fn assert_close_fails_outside_its_tolerance() {
+    assert_close("w", &[1.0, 2.5], &[1.0, 2.0], 0.1);
+}
+
+#[cfg(test)]
+#[test]
+fn assert_close_passes_at_its_tolerance() {
+    assert_close("w", &[1.0, 2.5], &[1.0, 2.0], 0.25);
+}
+
+/// The draws are normal with the asked-for spread: mean, standard deviation and the share within
+/// one σ and beyond two (20,000 draws: these bounds are 5 standard errors or more wide).
+#[cfg(test)]
+#[test]
+fn randn_draws_are_normal_with_the_asked_for_spread() {
+    let n = 20_000;
+    let v = randn(7, n, 3.0);
+    assert_eq!(v.len(), n);
+    let mean = v.iter().sum::<f64>() / n as f64;
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+    let within = |k: f64| v.iter().filter(|x| x.abs() < k * 3.0).count() as f64 / n as f64;
+    assert!(mean.abs() < 0.11, "mean {mean}");
+    assert!((sd - 3.0).abs() < 0.08, "sd {sd}");
+    assert!(
+        (within(1.0) - 0.6827).abs() < 0.017,
+        "within 1σ {}",
+        within(1.0)
+    );
+    assert!(
+        (within(2.0) - 0.9545).abs() < 0.008,
+        "within 2σ {}",
+        within(2.0)
+    );
+    assert!(v.iter().all(|x| x.is_finite()));
+}
+
+/// Every test's point is drawn from these sequences and every tolerance was set at those points:
+/// the draws must be the same on every machine and build, and differ between seeds.
+#[cfg(test)]
+#[test]
+fn randn_is_the_same_sequence_everywhere_and_seeds_differ() {
+    assert_eq!(randn(11, 64, 1.0), randn(11, 64, 1.0));
+    let firsts: Vec<u64> = (0..256).map(|s| randn(s, 1, 1.0)[0].to_bits()).collect();
+    let mut distinct = firsts.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), firsts.len(), "two seeds gave the same draw");
+    let pinned: Vec<String> = randn(1, 3, 1.0)
+        .iter()
+        .map(|v| format!("{v:.12}"))
+        .collect();
+    assert_eq!(pinned, PINNED_RANDN_SEED_1);
+}
+
+#[cfg(test)]
+const PINNED_RANDN_SEED_1: [&str; 3] = ["-0.506164240660", "0.022458179848", "1.262743997998"];
+
+/// The centred difference of a cubic is exact up to its known error: for `c·x³` it is
+/// `3c·x² + c·h²`.
+#[cfg(test)]
+#[test]
+fn numerical_grad_of_a_cubic_is_its_derivative_plus_c_h_squared() {
+    let c = [0.5, -2.0, 3.0];
+    let x = [1.5, -0.7, 2.2];
+    let h = 1e-2;
+    let f = |x: &[f64]| x.iter().zip(&c).map(|(x, c)| c * x.powi(3)).sum::<f64>();
+    let g = numerical_grad(&x, h, f);
+    assert_eq!(g.len(), 3);
+    for i in 0..3 {
+        let want = 3.0 * c[i] * x[i] * x[i] + c[i] * h * h;
+        assert!(
+            (g[i] - want).abs() < 1e-9,
+            "coordinate {i}: {} against {want}",
+            g[i]
+        );
+    }
+}
+
+#[cfg(test)]
+#[test]
 fn worst_rel_fails_on_nan_and_length() {
     assert!(worst_rel(&[f64::NAN], &[1.0]).is_infinite());
     assert!(worst_rel(&[1.0], &[f64::NAN]).is_infinite());
