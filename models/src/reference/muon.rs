@@ -353,4 +353,28 @@ mod tests {
             assert!(r < 1e-6, "{r:e}");
         }
     }
+
+    /// Before the iterations the gradient is scaled to `G/(‖G‖_F + 1e-7)`: at a norm of 1e-7 that
+    /// is a norm of one half, not a division by (nearly) zero.
+    #[test]
+    fn a_tiny_gradient_is_scaled_by_its_norm_plus_epsilon() {
+        let g = Mat::new(2, 3, randn(95, 6, 1.0));
+        let norm = |m: &Mat| m.data.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let tiny = scaled(&g, 1e-7 / norm(&g));
+        let x0 = newton_schulz(&tiny, 0);
+        assert!((norm(&x0) - 0.5).abs() < 1e-9, "norm {}", norm(&x0));
+        let unit = scaled(&g, 1.0 / norm(&g));
+        assert!((norm(&newton_schulz(&unit, 0)) - 1.0 / (1.0 + 1e-7)).abs() < 1e-15);
+    }
+
+    /// The iteration's polynomial is odd, p(X) = aX + b·XXᵀX + c·(XXᵀ)²X, so p(Xᵀ) = p(X)ᵀ: a tall
+    /// matrix is transposed only so that the Gram matrix is the smaller one, and the result is the
+    /// same either way (to rounding).
+    #[test]
+    fn tall_and_wide_give_transposed_results() {
+        let g = Mat::new(5, 2, randn(96, 10, 1.0));
+        let tall = newton_schulz(&g, 5);
+        let wide = newton_schulz(&g.transpose(), 5).transpose();
+        assert!(worst_rel(&tall.data, &wide.data) < 1e-12);
+    }
 }

@@ -70,4 +70,13 @@ mod tests {
             0.0,
         );
     }
+
+    /// At the kink itself the slope is taken as 0, as Burn's and PyTorch's ReLU take it, so the
+    /// twin and autodiff agree even on inputs that are exactly zero.
+    #[test]
+    fn the_slope_at_zero_is_zero() {
+        let x = Mat::new(1, 3, vec![0.0, -0.0, 1e-300]);
+        let dy = Mat::new(1, 3, vec![1.0, 1.0, 1.0]);
+        assert_eq!(backward(&x, &dy).data, vec![0.0, 0.0, 1.0]);
+    }
 }

@@ -230,4 +230,49 @@ pub(crate) mod tests {
         let back = apply_seq(&y, t, h, BASE, Pairing::Halves, true);
         assert!(worst_rel(&back.data, &x.data) < 1e-15);
     }
+
+    /// The frequencies themselves, from the definition θ_i = base^(−2i/d): with d = 4 and base
+    /// 10,000, θ_0 = 1 and θ_1 = 1/100. A unit vector on the first coordinate of pair i, at
+    /// position p, turns into (cos pθ_i, sin pθ_i) on that pair.
+    #[test]
+    fn the_frequencies_are_base_to_the_minus_two_i_over_d() {
+        let p = 3;
+        for (i, theta) in [(0usize, 1.0f64), (1, 0.01)] {
+            let mut e = vec![0.0; 4];
+            e[i] = 1.0;
+            let y = forward(&e, p, 10_000.0);
+            let (s, c) = (p as f64 * theta).sin_cos();
+            let mut want = vec![0.0; 4];
+            want[i] = c;
+            want[i + 2] = s;
+            assert!(
+                worst_rel(&y, &want) < 1e-15,
+                "pair {i}: {y:?} against {want:?}"
+            );
+        }
+    }
+
+    /// Rows are laid out as B sequences of T: row r sits at position r mod T, so the first row
+    /// of every sequence is at position 0 and is left as it is.
+    #[test]
+    fn every_sequence_starts_at_position_zero() {
+        let (seq, heads) = (3, 2);
+        let x = Mat::new(2 * seq, heads * D, randn(91, 2 * seq * heads * D, 1.0));
+        let y = apply_seq(&x, seq, heads, 10_000.0, Pairing::Halves, false);
+        for r in [0, seq] {
+            let row = r * x.cols..(r + 1) * x.cols;
+            assert_eq!(y.data[row.clone()], x.data[row], "row {r}");
+        }
+        let second = (seq + 1) * x.cols..(seq + 2) * x.cols;
+        let at_one: Vec<f64> = (0..heads)
+            .flat_map(|h| {
+                forward(
+                    &x.data[second.start + h * D..second.start + (h + 1) * D],
+                    1,
+                    10_000.0,
+                )
+            })
+            .collect();
+        assert_eq!(y.data[second], at_one[..]);
+    }
 }

@@ -96,4 +96,16 @@ mod tests {
         let dz: Vec<f64> = zt.grad(&grads).unwrap().into_data().iter::<f64>().collect();
         assert_close("dz", &dz, &backward(&p, &t, 1.0).data, 1e-12);
     }
+
+    /// Logits in the thousands: without the shift by the row maximum `exp` overflows to infinity
+    /// and the row becomes NaN.
+    #[test]
+    fn softmax_of_huge_logits_is_finite() {
+        let p = softmax(&Mat::new(1, 3, vec![1000.0, 1000.0, 1000.0 - 2f64.ln()]));
+        let want = [0.4, 0.4, 0.2];
+        // 1000 − ln 2 is stored to within 5.7e-14 (half an ulp at 1000), which moves p by ~1e-14.
+        for (g, w) in p.data.iter().zip(want) {
+            assert!((g - w).abs() < 1e-13, "{:?}", p.data);
+        }
+    }
 }
