@@ -85,12 +85,7 @@ pub fn parse(log: &str, binary: Option<&str>) -> Result<Vec<Witness>> {
             continue;
         }
         let w = worst.entry(test.to_string()).or_insert(0.0);
-        // A NaN or infinity must show, not vanish under max.
-        *w = if v.is_finite() && w.is_finite() {
-            w.max(v)
-        } else {
-            f64::INFINITY
-        };
+        *w = worse(*w, v);
     }
     Ok(worst
         .into_iter()
@@ -104,6 +99,16 @@ pub fn parse(log: &str, binary: Option<&str>) -> Result<Vec<Witness>> {
             })
         })
         .collect())
+}
+
+/// The worse of two differences; a NaN or an infinity on either side is infinite, so that it
+/// shows rather than vanishing under `max`.
+fn worse(a: f64, b: f64) -> f64 {
+    if a.is_finite() && b.is_finite() {
+        a.max(b)
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// One line of a witness log: the key before the tab and the number after it.
@@ -147,11 +152,7 @@ pub fn parse_fixtures(log: &str) -> Result<Vec<FixtureRow>> {
                 worst: 0.0,
                 tol,
             });
-        row.worst = if v.is_finite() && row.worst.is_finite() {
-            row.worst.max(v)
-        } else {
-            f64::INFINITY
-        };
+        row.worst = worse(row.worst, v);
     }
     Ok(rows.into_values().collect())
 }
@@ -220,11 +221,7 @@ pub fn table(witnesses: &[Witness]) -> String {
     let mut rows: BTreeMap<&str, [(f64, usize); 2]> = BTreeMap::new();
     for w in witnesses {
         let cell = &mut rows.entry(&w.layer).or_insert([(0.0, 0); 2])[w.kind as usize];
-        cell.0 = if w.worst.is_finite() {
-            cell.0.max(w.worst)
-        } else {
-            f64::INFINITY
-        };
+        cell.0 = worse(cell.0, w.worst);
         cell.1 += 1;
     }
     let show = |(worst, n): (f64, usize)| match n {
