@@ -294,4 +294,88 @@ mod tests {
         assert_eq!(f16_to_f32(0xc000), -2.0);
         assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
     }
+
+    /// transformers and diffusers save f64, bf16, f16 and integer buffers as well as f32: each is
+    /// decoded to its value (every value below is exact in its format), and a dtype that is not
+    /// read is refused naming the tensor.
+    #[test]
+    fn every_stored_dtype_decodes_to_its_values() {
+        use safetensors::Dtype;
+        let dir = std::env::temp_dir().join(format!("nervus-dtypes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.safetensors");
+        let f64s: Vec<u8> = [1.5f64, -0.25, 3e-3]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // bf16 is an f32's top half: 1.0 = 0x3f80, −2.5 = 0xc020, 0.09375 = 0x3dc0.
+        let bf16s: Vec<u8> = [0x3f80u16, 0xc020, 0x3dc0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // f16: 65504 (largest), −∞, 0.5, 2⁻¹⁴ (smallest normal), 3·2⁻²⁴ (a subnormal).
+        let f16s: Vec<u8> = [0x7bffu16, 0xfc00, 0x3800, 0x0400, 0x0003]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let i64s: Vec<u8> = [7i64, -3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let views = vec![
+            ("f64", Dtype::F64, vec![3], &f64s),
+            ("bf16", Dtype::BF16, vec![3], &bf16s),
+            ("f16", Dtype::F16, vec![5], &f16s),
+            ("i64", Dtype::I64, vec![2], &i64s),
+        ];
+        let write = |views: &[(&str, Dtype, Vec<usize>, &Vec<u8>)]| {
+            let views: Vec<_> = views
+                .iter()
+                .map(|(n, d, s, b)| {
+                    let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
+                    (n.to_string(), v)
+                })
+                .collect();
+            std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+        };
+        write(&views);
+        let mut f = TensorFile::read(&path).unwrap();
+        let mut take = |n: &str, s: &[usize]| f.take(n, s).unwrap().data;
+        assert_eq!(take("f64", &[3]), [1.5, -0.25, 3e-3f64 as f32]);
+        assert_eq!(take("bf16", &[3]), [1.0, -2.5, 0.09375]);
+        assert_eq!(
+            take("f16", &[5]),
+            [
+                65504.0,
+                f32::NEG_INFINITY,
+                0.5,
+                2f32.powi(-14),
+                3.0 * 2f32.powi(-24)
+            ]
+        );
+        assert_eq!(take("i64", &[2]), [7.0, -3.0]);
+        f.finish().unwrap();
+        assert!(f16_to_f32(0x7e00).is_nan());
+
+        let bytes = vec![1u8, 2];
+        write(&[("mask", Dtype::U8, vec![2], &bytes)]);
+        let e = TensorFile::read(&path).unwrap_err().to_string();
+        assert!(e.contains("`mask`") && e.contains("U8"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Tensors nobody asked for are named, sorted, in the error.
+    #[test]
+    fn tensors_left_over_are_refused_by_name() {
+        let t = |n: &str| NamedTensor::new(n, vec![1], vec![0.0]);
+        let f = TensorFile {
+            path: PathBuf::from("x.safetensors"),
+            tensors: [t("zeta"), t("alpha")]
+                .into_iter()
+                .map(|t| (t.name.clone(), t))
+                .collect(),
+        };
+        let e = f.finish().unwrap_err().to_string();
+        assert!(
+            e.contains("x.safetensors") && e.contains("unexpected tensors: alpha, zeta"),
+            "{e}"
+        );
+    }
 }

@@ -119,4 +119,28 @@ mod tests {
         assert!(e.contains("shape") || e.contains("expected"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// Only a directory written by `save` counts as this layout: not a GPT-2 directory, not an
+    /// empty one; and a config under another format tag is refused by `load`, naming the tag.
+    #[test]
+    fn only_this_layout_is_native_and_another_format_is_refused() {
+        let dev = Default::default();
+        let dir = scratch("formats");
+        assert!(!is_native(&dir), "an empty directory");
+        let gpt2_shaped = GptConfig::new(11)
+            .with_context(8)
+            .with_d_model(16)
+            .with_heads(2);
+        crate::gpt2::save(&gpt2_shaped.init::<TB>(&dev), &dir).unwrap();
+        assert!(!is_native(&dir), "a GPT-2 directory");
+        save(&modern().init::<TB>(&dev), &dir).unwrap();
+        assert!(is_native(&dir));
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(FORMAT, "nervus-gpt-0")).unwrap();
+        assert!(!is_native(&dir));
+        let e = load::<TB>(&dir, &dev).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("`nervus-gpt-0`"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

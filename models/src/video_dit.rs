@@ -244,7 +244,7 @@ impl<B: Backend> Velocity<B, 5> for VideoDit<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{AB, TB, to_vec};
+    use crate::testing::{AB, TB, assert_close, to_vec, worst_rel};
     use burn::tensor::Distribution;
 
     fn small(attention: Attention) -> VideoDitConfig {
@@ -418,5 +418,104 @@ mod tests {
                 g.name
             );
         }
+    }
+
+    /// `--attention` reads both spellings of factorised, and names what it cannot read.
+    #[test]
+    fn attention_is_read_by_name() {
+        assert_eq!("factorised".parse(), Ok(Attention::Factorised));
+        assert_eq!("factorized".parse(), Ok(Attention::Factorised));
+        assert_eq!("full".parse(), Ok(Attention::Full));
+        let e = "sparse".parse::<Attention>().unwrap_err();
+        assert!(e.contains("`sparse`"), "{e}");
+    }
+
+    /// Factorised blocks alternate space, time, space, ...; full attention groups nothing. A
+    /// spatial group is one frame's patches: (32 / 4)² = 64 of them in the default clip.
+    #[test]
+    fn blocks_alternate_space_and_time() {
+        let c = VideoDitConfig::new();
+        assert_eq!(c.patches(), 64);
+        let axes: Vec<Option<Axis>> = (0..4).map(|i| c.grouping(i).map(|g| g.axis)).collect();
+        assert_eq!(
+            axes,
+            [
+                Some(Axis::Space),
+                Some(Axis::Time),
+                Some(Axis::Space),
+                Some(Axis::Time)
+            ]
+        );
+        let g = c.grouping(1).expect("factorised");
+        assert_eq!((g.frames, g.patches), (8, 64));
+        let full = c.with_attention(Attention::Full);
+        assert!((0..4).all(|i| full.grouping(i).is_none()));
+    }
+
+    #[test]
+    #[should_panic(expected = "patch size 3 does not divide the frame side 8")]
+    fn a_patch_that_does_not_divide_the_frame_is_refused() {
+        small(Attention::Full)
+            .with_patch_size(3)
+            .init::<TB>(&Default::default());
+    }
+
+    /// What the sampler integrates is the network at diffusers' 0..1000 timestep scale, and "no
+    /// label" is the class after the last real one.
+    #[test]
+    fn the_velocity_is_the_network_at_a_thousand_times_t() {
+        let c = small(Attention::Factorised);
+        let model = scrambled::<TB>(&c, 5);
+        assert_eq!(model.null_label(), 10);
+        assert_eq!(
+            scrambled::<TB>(&c.clone().with_classes(4), 5).null_label(),
+            4
+        );
+        let (x, t, labels) = inputs::<TB>(&c);
+        let got = to_vec(model.velocity(x.clone(), t.clone() / 1000.0, labels.clone()));
+        let want = to_vec(model.forward(x.clone(), t.clone(), labels.clone()));
+        assert_close("velocity", &got, &want, 1e-12);
+        let other = to_vec(model.forward(x, t + 1.0, labels));
+        assert!(worst_rel(&got, &other) > 1e-6, "the timestep matters");
+    }
+
+    /// The training and evaluation steps report the flow loss at `x_t = (1 − t)·x + t·noise`
+    /// against `noise − x`, over every value of the clips (B·F·C·H·W).
+    #[test]
+    fn steps_report_the_flow_loss_over_every_value() {
+        let c = small(Attention::Factorised);
+        let model = scrambled::<AB>(&c, 6);
+        let (x, t, labels) = inputs::<AB>(&c);
+        let noise = x.clone().flip([3]) * 0.3 + 0.5;
+        let s = (t.clone() / 1000.0).reshape([2, 1, 1, 1, 1]);
+        let xt = x.clone() * (s.clone().neg() + 1.0) + noise.clone() * s;
+        let by_hand = to_vec(
+            (model.forward(xt, t.clone(), labels.clone()) - (noise.clone() - x.clone()))
+                .square()
+                .mean(),
+        )[0];
+        let batch = || FlowBatch {
+            x: x.clone(),
+            noise: noise.clone(),
+            t: t.clone() / 1000.0,
+            labels: labels.clone(),
+        };
+        let values = 2 * 3 * 8 * 8;
+        let out = TrainStep::step(&model, batch());
+        assert_eq!(out.item.count, values);
+        assert_close("train step loss", &to_vec(out.item.loss), &[by_hand], 1e-12);
+        let inner = burn::module::AutodiffModule::valid(&model);
+        let b = batch();
+        let out = InferenceStep::step(
+            &inner,
+            FlowBatch {
+                x: b.x.inner(),
+                noise: b.noise.inner(),
+                t: b.t.inner(),
+                labels: b.labels.inner(),
+            },
+        );
+        assert_eq!(out.count, values);
+        assert_close("eval step loss", &to_vec(out.loss), &[by_hand], 1e-12);
     }
 }

@@ -142,4 +142,34 @@ mod tests {
         assert!(err.to_string().contains("DiTTransformer2DModel"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A config that describes no model is refused before any tensor is read: zero width alone,
+    /// or a patch that does not divide the frame alone.
+    #[test]
+    fn a_config_that_describes_no_model_is_refused() {
+        let dev = Default::default();
+        let config = VideoDitConfig::new()
+            .with_frames(2)
+            .with_sample_size(8)
+            .with_num_layers(1)
+            .with_num_attention_heads(2)
+            .with_attention_head_dim(4);
+        let dir = std::env::temp_dir().join(format!("nervus-video-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        save_pipeline(&config.init::<TB>(&dev), &dir).expect("save");
+        assert!(load_pipeline::<TB>(&dir, &dev).is_ok());
+        let cfg = dir.join("transformer/config.json");
+        let good: serde_json::Value = read_json(&cfg).unwrap();
+        for (key, value) in [("num_attention_heads", 0), ("patch_size", 3)] {
+            let mut bad = good.clone();
+            bad[key] = value.into();
+            std::fs::write(&cfg, bad.to_string()).unwrap();
+            let e = load_pipeline::<TB>(&dir, &dev)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("describes no model"), "{key} = {value}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -92,6 +92,12 @@ pub struct MutantsArgs {
     /// nobody is editing, e.g. a `git worktree` kept for the purpose.
     #[arg(long)]
     in_place: bool,
+    /// Re-test only the scope's recorded survivors, with the tests as they are now, recorded as a
+    /// slice `survivors-<commit>`: after new tests, this shows which survivors they kill without
+    /// re-running every shard. (A survivor's name carries its line, so the files must not have
+    /// moved since the slice that missed it.)
+    #[arg(long)]
+    survivors: bool,
 }
 
 pub fn run(args: MutantsArgs) -> Result<()> {
@@ -99,6 +105,18 @@ pub fn run(args: MutantsArgs) -> Result<()> {
         ensure_installed()?;
         let mut cmd = Command::new(cargo());
         cmd.args(["mutants", "--package", "nervus-models", "--no-shuffle"]);
+        if args.survivors {
+            if args.file.is_some() || args.shard.is_some() {
+                bail!("--survivors is a slice of its own: not with --file or --shard");
+            }
+            let missed = tally(&Path::new(DOCS).join(args.scope.name())).missed;
+            if missed.is_empty() {
+                bail!("no recorded survivors in the `{}` scope", args.scope.name());
+            }
+            for m in &missed {
+                cmd.args(["--re", &format!("^{}$", regex_escape(m))]);
+            }
+        }
         match &args.file {
             Some(f) => {
                 if !args.scope.contains(f) {
@@ -131,6 +149,7 @@ pub fn run(args: MutantsArgs) -> Result<()> {
                     "file-{}",
                     f.trim_start_matches("models/src/").replace('/', "-")
                 ),
+                None if args.survivors => format!("survivors-{}", short_head()?),
                 None => "all".to_string(),
             },
         };
@@ -203,6 +222,30 @@ fn ensure_installed() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The current commit, abbreviated.
+fn short_head() -> Result<String> {
+    let out = Command::new("git")
+        .args(["rev-parse", "--short=7", "HEAD"])
+        .output()?;
+    if !out.status.success() {
+        bail!("git rev-parse HEAD failed");
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `text` as a regular expression that matches exactly it (cargo-mutants' `--re` takes regexes,
+/// and mutant names hold `*`, `+`, `|`, `(`, `.`).
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `K/N` with `K < N`.
@@ -484,6 +527,19 @@ mod tests {
             "{line}"
         );
         assert!(readme_line(Scope::Reference, &t, 1, Some((4, 0))).contains("every one of"));
+    }
+
+    #[test]
+    fn an_escaped_mutant_name_matches_itself_only() {
+        let name = "models/src/gpt.rs:90:13: replace && with || in GptConfig::is_gpt2";
+        assert_eq!(
+            regex_escape(name),
+            "models/src/gpt\\.rs:90:13: replace \\&\\& with \\|\\| in GptConfig::is_gpt2"
+        );
+        assert_eq!(
+            regex_escape("a*b+c(d)[e]{f}^$?"),
+            "a\\*b\\+c\\(d\\)\\[e\\]\\{f\\}\\^\\$\\?"
+        );
     }
 
     #[test]
