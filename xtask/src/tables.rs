@@ -334,14 +334,25 @@ fn build_table(
     } else {
         "lower is better"
     };
+    // Arms may set their own step counts (the presets time fewer steps of the larger models).
+    let arm_steps: Vec<(&str, usize)> = spec
+        .arms
+        .iter()
+        .map(|a| (a.name.as_str(), a.settings.steps.unwrap_or(spec.steps)))
+        .collect();
+    let steps = if arm_steps.iter().all(|(_, n)| *n == spec.steps) {
+        spec.steps.to_string()
+    } else {
+        let each: Vec<String> = arm_steps.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        format!("per arm ({})", each.join(", "))
+    };
     writeln!(md, "**{}**", spec.title)?;
     writeln!(md)?;
     writeln!(
         md,
-        "{} Metric: {} ({direction}), {} {}, seeds {:?}, backend {}.",
+        "{} Metric: {} ({direction}), {steps} {}, seeds {:?}, backend {}.",
         spec.question,
         spec.metric(),
-        spec.steps,
         match spec.kind {
             Kind::Gpt => "steps on the small GPT (Shakespeare, vendored), batch 16",
             Kind::Mlp => "epochs of the MNIST MLP (vendored 10k subset), batch 32",
