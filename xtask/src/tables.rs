@@ -213,6 +213,22 @@ fn estimate(spec: &Spec, arm: &nervus_training::experiment::Arm) -> f64 {
     }
 }
 
+/// The step count a table's header states: the spec's own, or each arm's where the arms set
+/// their own (the presets time fewer steps of the larger models).
+fn steps_phrase(spec: &Spec) -> String {
+    let arm_steps: Vec<(&str, usize)> = spec
+        .arms
+        .iter()
+        .map(|a| (a.name.as_str(), a.settings.steps.unwrap_or(spec.steps)))
+        .collect();
+    if arm_steps.iter().all(|(_, n)| *n == spec.steps) {
+        spec.steps.to_string()
+    } else {
+        let each: Vec<String> = arm_steps.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        format!("per arm ({})", each.join(", "))
+    }
+}
+
 fn spawn(p: &Pending, quick: bool, threads: usize) -> Result<Child> {
     let exe = std::env::current_exe()?;
     let mut c = Command::new(exe);
@@ -334,18 +350,7 @@ fn build_table(
     } else {
         "lower is better"
     };
-    // Arms may set their own step counts (the presets time fewer steps of the larger models).
-    let arm_steps: Vec<(&str, usize)> = spec
-        .arms
-        .iter()
-        .map(|a| (a.name.as_str(), a.settings.steps.unwrap_or(spec.steps)))
-        .collect();
-    let steps = if arm_steps.iter().all(|(_, n)| *n == spec.steps) {
-        spec.steps.to_string()
-    } else {
-        let each: Vec<String> = arm_steps.iter().map(|(a, n)| format!("{a} {n}")).collect();
-        format!("per arm ({})", each.join(", "))
-    };
+    let steps = steps_phrase(spec);
     writeln!(md, "**{}**", spec.title)?;
     writeln!(md)?;
     writeln!(
@@ -749,4 +754,27 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
         nervus_training::report::duration(started.elapsed().as_secs_f64())
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> Spec {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs/experiments")
+            .join(name);
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("spec")).expect("parse")
+    }
+
+    /// The presets set their own timed steps per arm, and the header says so rather than the
+    /// spec's unused default; a spec whose arms keep the default states that one number.
+    #[test]
+    fn the_header_states_each_arms_steps_where_they_differ() {
+        assert_eq!(
+            steps_phrase(&spec("8-presets.json")),
+            "per arm (small 40, medium 12, large 4)"
+        );
+        assert_eq!(steps_phrase(&spec("7-default-length.json")), "2000");
+    }
 }
