@@ -148,6 +148,11 @@ impl Spec {
         }
     }
 
+    /// The steps `arm` runs: its own count where it sets one, else the spec's.
+    pub fn steps_of(&self, arm: &Arm) -> usize {
+        arm.settings.steps.unwrap_or(self.steps)
+    }
+
     /// Whether larger values of the metric are better.
     pub fn higher_is_better(&self) -> bool {
         !matches!(self.kind, Kind::Gpt | Kind::Lm)
@@ -241,7 +246,7 @@ pub fn run<B: AutodiffBackend>(
     device: &B::Device,
 ) -> Result<RunResult, String> {
     let s = &arm.settings;
-    let steps = s.steps.unwrap_or(spec.steps);
+    let steps = spec.steps_of(arm);
     let started = std::time::Instant::now();
     match spec.kind {
         Kind::Lm => run_lm::<B>(spec, arm, seed, run_dir, device),
@@ -379,7 +384,7 @@ fn run_lm<B: AutodiffBackend>(
 ) -> Result<RunResult, String> {
     use crate::lm::{CorpusOptions, LmOptions, prepare, train};
     let s = &arm.settings;
-    let steps = s.steps.unwrap_or(spec.steps);
+    let steps = spec.steps_of(arm);
     let started = std::time::Instant::now();
     // One corpus for every run of every spec, beside the spec directories.
     let root = run_dir

@@ -199,7 +199,7 @@ fn result_path(dir: &Path, arm: &str, seed: u64) -> PathBuf {
 
 /// Seconds one run is expected to take, before anything has been measured.
 fn estimate(spec: &Spec, arm: &nervus_training::experiment::Arm) -> f64 {
-    let steps = arm.settings.steps.unwrap_or(spec.steps) as f64;
+    let steps = spec.steps_of(arm) as f64;
     match spec.kind {
         // Small preset: ~0.05 s a step on two cores, plus the evaluations.
         Kind::Gpt => steps * 0.05 + 3.0 * (steps / spec.eval_every.unwrap_or(250) as f64).ceil(),
@@ -219,7 +219,7 @@ fn steps_phrase(spec: &Spec) -> String {
     let arm_steps: Vec<(&str, usize)> = spec
         .arms
         .iter()
-        .map(|a| (a.name.as_str(), a.settings.steps.unwrap_or(spec.steps)))
+        .map(|a| (a.name.as_str(), spec.steps_of(a)))
         .collect();
     if arm_steps.iter().all(|(_, n)| *n == spec.steps) {
         spec.steps.to_string()
