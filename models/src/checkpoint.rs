@@ -293,6 +293,10 @@ mod tests {
         assert_eq!(f16_to_f32(0x3c00), 1.0);
         assert_eq!(f16_to_f32(0xc000), -2.0);
         assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        // Zero is not a subnormal to renormalise (whose loop never ends on a zero fraction),
+        // and keeps its sign.
+        assert_eq!(f16_to_f32(0x0000).to_bits(), 0);
+        assert_eq!(f16_to_f32(0x8000).to_bits(), 0x8000_0000);
     }
 
     /// transformers and diffusers save f64, bf16, f16 and integer buffers as well as f32: each is

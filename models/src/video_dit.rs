@@ -452,6 +452,27 @@ mod tests {
         assert!((0..4).all(|i| full.grouping(i).is_none()));
     }
 
+    /// The output head emits p·p·C values a patch: a three-channel clip comes back in its own
+    /// shape, each channel its own (every other test here is one channel, where p·p·C = p·p).
+    #[test]
+    fn a_colour_clip_comes_back_in_its_own_shape() {
+        let c = small(Attention::Factorised).with_in_channels(3);
+        let model = scrambled::<TB>(&c, 9);
+        let dev = Default::default();
+        let x = Tensor::<TB, 5>::random([1, 3, 3, 8, 8], Distribution::Normal(0.0, 3.0), &dev);
+        let t = Tensor::<TB, 1>::from_data([400.0], &dev);
+        let labels = Tensor::<TB, 2, Int>::from_data([[2, 5]], &dev);
+        let v = model.forward(x, t, labels);
+        assert_eq!(v.dims(), [1, 3, 3, 8, 8]);
+        let channel = |k: usize| to_vec(v.clone().slice([0..1, 0..3, k..k + 1]));
+        let (r, g) = (channel(0), channel(1));
+        assert!(r.iter().all(|u| u.is_finite()), "finite velocity");
+        assert!(
+            r.iter().zip(&g).any(|(u, w)| (u - w).abs() > 1e-3),
+            "the channels are distinct outputs"
+        );
+    }
+
     #[test]
     #[should_panic(expected = "patch size 3 does not divide the frame side 8")]
     fn a_patch_that_does_not_divide_the_frame_is_refused() {
