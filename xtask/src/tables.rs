@@ -4,7 +4,8 @@
 //! `docs/experiments/registry.json`. Each (spec, arm, seed) runs in a child process of this tool
 //! (Burn draws initial weights from a process-wide generator, so a process per run keeps runs
 //! reproducible whatever runs beside them), up to `--jobs` at a time, and its result is cached
-//! under `target/experiments/<spec>-<hash>/`, so a killed run picks up where it stopped. Throughput
+//! under `<cache>/<spec>-<hash>/` (`--cache`, by default `target/experiments`), so a killed run
+//! picks up where it stopped. Throughput
 //! specs run alone, their arms interleaved, after everything else.
 
 use anyhow::{Context, Result, bail};
@@ -33,6 +34,12 @@ pub struct TablesArgs {
     /// Runs at a time (default: the number of cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Where each run's result is kept, one folder per spec and hash. A run already there is
+    /// not run again. The results behind the README's tables are committed in
+    /// docs/experiments/runs: `--cache docs/experiments/runs` renders the tables from them, or
+    /// finishes a full run in pieces across checkouts.
+    #[arg(long, default_value = "target/experiments")]
+    cache: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -178,9 +185,9 @@ struct Pending {
     estimate: f64,
 }
 
-fn cache_dir(spec: &Spec, hash: &str, quick: bool) -> PathBuf {
+fn cache_dir(root: &Path, spec: &Spec, hash: &str, quick: bool) -> PathBuf {
     let suffix = if quick { "-quick" } else { "" };
-    PathBuf::from("target/experiments").join(format!("{}-{}{suffix}", spec.name, &hash[..12]))
+    root.join(format!("{}-{}{suffix}", spec.name, &hash[..12]))
 }
 
 fn result_path(dir: &Path, arm: &str, seed: u64) -> PathBuf {
@@ -643,7 +650,7 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
         } else {
             spec.clone()
         };
-        let dir = cache_dir(spec, hash, args.quick);
+        let dir = cache_dir(&args.cache, spec, hash, args.quick);
         std::fs::create_dir_all(&dir)?;
         // Timed runs interleave their arms: seed-major order.
         for seed in &spec_q.seeds {
@@ -700,7 +707,7 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
         } else {
             spec.clone()
         };
-        let dir = cache_dir(spec, hash, args.quick);
+        let dir = cache_dir(&args.cache, spec, hash, args.quick);
         let mut results = Vec::new();
         for seed in &spec_q.seeds {
             for arm in &spec_q.arms {
