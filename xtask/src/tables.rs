@@ -683,7 +683,8 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
                 p.estimate / jobs as f64
             }
         })
-        .sum();
+        // A fold from +0, since an empty f64 sum is −0 and would print as "-0.0s".
+        .fold(0.0, |a, b| a + b);
     println!(
         "{} experiment(s): {} runs to do, {cached} already cached; expected duration about {} ({jobs} at a time on {cores} cores){}",
         specs.len(),
