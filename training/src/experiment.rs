@@ -11,6 +11,7 @@ use crate::gpt::{EvalSource, GptOptions, TextData};
 use crate::mnist::MnistOptions;
 use crate::optim::OptimizerSpec;
 use crate::report::Reporter;
+use crate::run::TrainError;
 use burn::tensor::backend::AutodiffBackend;
 use nervus_inference::generate::SampleOptions;
 use nervus_models::gpt::GptSize;
@@ -236,6 +237,18 @@ fn warmup_steps(w: Option<f64>, steps: usize) -> usize {
     }
 }
 
+/// The result of a run whose loss became NaN or infinite: an outcome of its settings (the
+/// table prints it as "diverged" and leaves it out of the plot), so it is kept, not retried.
+fn diverged(arm: &Arm, seed: u64, started: std::time::Instant) -> RunResult {
+    RunResult {
+        arm: arm.name.clone(),
+        seed,
+        value: f64::NAN,
+        curve: Vec::new(),
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
 /// Runs one arm for one seed on backend `B` (call from a process of its own: Burn's initial
 /// weights come from a process-wide generator).
 pub fn run<B: AutodiffBackend>(
@@ -290,9 +303,12 @@ pub fn run<B: AutodiffBackend>(
                 run_dir,
                 continued_from: None,
             };
-            let (report, _) =
-                crate::gpt::train_with(&opts, optimizer, &data, model, Reporter::silent())
-                    .map_err(|e| e.to_string())?;
+            let report =
+                match crate::gpt::train_with(&opts, optimizer, &data, model, Reporter::silent()) {
+                    Ok((report, _)) => report,
+                    Err(TrainError::Diverged { .. }) => return Ok(diverged(arm, seed, started)),
+                    Err(e) => return Err(e.to_string()),
+                };
             let curve: Vec<(usize, f64)> = report.checkpoints.iter().map(|c| (c.0, c.2)).collect();
             let value = curve.last().map_or(f64::NAN, |c| c.1);
             Ok(RunResult {
@@ -321,14 +337,17 @@ pub fn run<B: AutodiffBackend>(
                 save: None,
                 run_dir,
             };
-            let (_, r) = crate::mnist::train::<B>(
+            let r = match crate::mnist::train::<B>(
                 &opts,
                 Arc::new(data.train),
                 Arc::new(data.test),
                 Reporter::silent(),
                 device,
-            )
-            .map_err(|e| e.to_string())?;
+            ) {
+                Ok((_, r)) => r,
+                Err(TrainError::Diverged { .. }) => return Ok(diverged(arm, seed, started)),
+                Err(e) => return Err(e.to_string()),
+            };
             Ok(RunResult {
                 arm: arm.name.clone(),
                 seed,
@@ -442,8 +461,13 @@ fn run_lm<B: AutodiffBackend>(
         stop_after: None,
         continued_from: None,
     };
-    let (report, _) =
-        train(&opts, &corpus, model, Reporter::silent()).map_err(|e| e.to_string())?;
+    let report = match train(&opts, &corpus, model, Reporter::silent()) {
+        Ok((report, _)) => report,
+        Err(crate::lm::LmError::Train(TrainError::Diverged { .. })) => {
+            return Ok(diverged(arm, seed, started));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let curve: Vec<(usize, f64)> = report
         .checkpoints
         .iter()
@@ -645,5 +669,27 @@ mod tests {
             (3, 7.0 / 3.0, 3.0, 1.0, 4.0)
         );
         assert!((s.sd - (7.0f64 / 3.0).sqrt()).abs() < 1e-12);
+    }
+
+    /// A diverging arm is a result, NaN (printed "diverged"), not an error: as an error its runs
+    /// would count as failed, be missing from the table, and be retried on every resume.
+    #[test]
+    fn a_diverging_arm_is_a_nan_result_not_a_failure() {
+        let mut s = spec(&[("sgd lr 1e30", None)]);
+        s.steps = 4;
+        s.eval_every = Some(2);
+        s.eval_windows = Some(2);
+        let settings = &mut s.arms[0].settings;
+        settings.optimizer = Some("sgd".into());
+        settings.momentum = Some(0.0);
+        settings.lr = Some(1e30);
+        settings.decay_to = Some(1.0);
+        let dir = std::env::temp_dir().join(format!("nervus-diverge-{}", std::process::id()));
+        let arm = s.arms[0].clone();
+        let r = run::<crate::backend::Train>(&s, &arm, 1, dir.clone(), &crate::backend::device())
+            .expect("a diverged run is a result");
+        assert!(r.value.is_nan(), "value {}", r.value);
+        assert_eq!((r.arm.as_str(), r.seed), ("sgd lr 1e30", 1));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

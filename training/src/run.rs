@@ -30,6 +30,13 @@ pub enum TrainError {
     Hook(String),
     #[error("{path}: {problem}")]
     Resume { path: PathBuf, problem: String },
+    /// The training or validation loss became NaN or infinite: the run stopped at that epoch's
+    /// end. An outcome an experiment records (a learning rate too high), not a broken run.
+    #[error(
+        "training diverged by step {step}: training loss {train:.4}, validation loss {valid:.4}; \
+         stopped; the best model and the last checkpoint saved so far are unchanged"
+    )]
+    Diverged { step: usize, train: f64, valid: f64 },
 }
 
 /// How to run.
@@ -195,7 +202,7 @@ where
     drop(result.renderer);
     run.report.flush();
     if let Some(e) = error.lock().expect("error slot").take() {
-        return Err(TrainError::Hook(e));
+        return Err(e);
     }
     Ok(result.model)
 }

@@ -114,8 +114,8 @@ pub struct StepStrategy<LC: LearningComponentsTypes> {
     pub hook: SharedHook<LC::InferenceModel>,
     /// Measure the starting model before training.
     pub baseline: bool,
-    /// Set when the hook failed; the run reports it.
-    pub error: Arc<Mutex<Option<String>>>,
+    /// Set when the hook failed or the loss diverged; the run reports it.
+    pub error: Arc<Mutex<Option<crate::run::TrainError>>>,
 }
 
 fn validate<LC>(
@@ -172,7 +172,7 @@ where
         let epochs = components.num_epochs;
         let k = self.accumulation.max(1);
         let started = std::time::Instant::now();
-        let fail = |e: String| {
+        let fail = |e: crate::run::TrainError| {
             *self.error.lock().expect("error slot") = Some(e);
             interrupter.stop(Some("an epoch hook failed"));
         };
@@ -181,7 +181,7 @@ where
             let model = learner.model().valid();
             let score = validate::<LC>(&model, &valid, 0, &Progress::new(0, epochs), None);
             if let Err(e) = self.hook.lock().expect("hook").baseline(score, &model) {
-                fail(e);
+                fail(crate::run::TrainError::Hook(e));
             }
         }
 
@@ -243,12 +243,11 @@ where
             let model = learner.model().valid();
             let valid_score = validate::<LC>(&model, &valid, epoch, &global, Some(&mut processor));
             if !(train_score.loss().is_finite() && valid_score.loss().is_finite()) {
-                fail(format!(
-                    "training diverged by step {step}: training loss {:.4}, validation loss {:.4}; \
-                     stopped; the best model and the last checkpoint saved so far are unchanged",
-                    train_score.loss(),
-                    valid_score.loss()
-                ));
+                fail(crate::run::TrainError::Diverged {
+                    step,
+                    train: train_score.loss(),
+                    valid: valid_score.loss(),
+                });
                 break;
             }
             if let Some(c) = &mut checkpointer {
@@ -265,7 +264,7 @@ where
             };
             let mut hook = self.hook.lock().expect("hook");
             if let Err(e) = hook.after_epoch(&info, &model) {
-                fail(e);
+                fail(crate::run::TrainError::Hook(e));
                 break;
             }
             if hook.stop_requested() {

@@ -281,5 +281,9 @@ fn a_diverging_run_stops_and_says_so() {
         panic!("a learning rate of 1e30 must diverge and fail the run");
     };
     assert!(e.to_string().contains("diverged"), "{e}");
+    assert!(
+        matches!(e, nervus_training::run::TrainError::Diverged { .. }),
+        "{e:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
