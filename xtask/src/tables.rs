@@ -5,8 +5,8 @@
 //! (Burn draws initial weights from a process-wide generator, so a process per run keeps runs
 //! reproducible whatever runs beside them), up to `--jobs` at a time, and its result is cached
 //! under `<cache>/<spec>-<hash>/` (`--cache`, by default `target/experiments`), so a killed run
-//! picks up where it stopped. Throughput
-//! specs run alone, their arms interleaved, after everything else.
+//! picks up where it stopped. Throughput specs run alone, their arms interleaved, after
+//! everything else.
 
 use anyhow::{Context, Result, bail};
 use nervus_inference::chart::{ChartText, Series, line_chart};
