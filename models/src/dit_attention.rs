@@ -50,17 +50,49 @@ pub struct DitAttention<B: Backend> {
 
 impl<B: Backend> DitAttention<B> {
     /// Shapes: `x [G, L, C]` → `[G, L, C]`; each of the `G` sequences attends only to itself.
+    ///
+    /// Computed one head at a time, from the columns of `to_q`, `to_k`, `to_v` that belong to the
+    /// head and the rows of `to_out` that read it, with the heads' outputs summed: the same
+    /// arithmetic as splitting `[G, L, H, D]` into `[G, H, L, D]` and merging it back, without the
+    /// two reorderings. On flex a 4-D reordering is copied one element at a time, once forward and
+    /// three times backward, and that cost as much as the attention itself.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [g, l, c] = x.dims();
         let (h, d) = (self.heads, c / self.heads);
-        let split = |t: Tensor<B, 3>| t.reshape([g, l, h, d]).swap_dims(1, 2); // [G, H, L, D]
-        let q = split(self.to_q.forward(x.clone()));
-        let k = split(self.to_k.forward(x.clone()));
-        let v = split(self.to_v.forward(x));
+        let x = x.reshape([g * l, c]);
         // Times 1/√d, not divided by √d: see `attention.rs` (Burn 0.21 takes the gradient of a
         // division by a scalar in f32).
-        let weights = softmax(q.matmul(k.swap_dims(2, 3)) * (1.0 / (d as f64).sqrt()), 3); // [G, H, L, L]
-        let y = weights.matmul(v).swap_dims(1, 2).reshape([g, l, c]);
-        self.to_out.forward(y)
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut out: Option<Tensor<B, 2>> = None;
+        for head in 0..h {
+            let cols = head * d..(head + 1) * d;
+            // `[G·L, C]` → `[G, L, D]`: this head's slice of one projection.
+            let project = |linear: &Linear<B>| {
+                let mut y = x
+                    .clone()
+                    .matmul(linear.weight.val().slice([0..c, cols.clone()]));
+                if let Some(bias) = &linear.bias {
+                    y = y + bias.val().slice([cols.clone()]).unsqueeze_dim::<2>(0);
+                }
+                y.reshape([g, l, d])
+            };
+            let (q, k, v) = (
+                project(&self.to_q),
+                project(&self.to_k),
+                project(&self.to_v),
+            );
+            let weights = softmax(q.matmul(k.swap_dims(1, 2)) * scale, 2); // [G, L, L]
+            let y = weights.matmul(v).reshape([g * l, d]);
+            let read = y.matmul(self.to_out.weight.val().slice([cols, 0..c]));
+            out = Some(match out {
+                Some(sum) => sum + read,
+                None => read,
+            });
+        }
+        let mut out = out.expect("at least one head");
+        if let Some(bias) = &self.to_out.bias {
+            out = out + bias.val().unsqueeze_dim::<2>(0);
+        }
+        out.reshape([g, l, c])
     }
 }

@@ -102,6 +102,8 @@ impl<B: Backend> DitBlock<B> {
             m.shift_mlp,
             m.scale_mlp,
         );
-        gated(x, m.gate_mlp, self.ff.forward(h))
+        let [b, n, c] = h.dims();
+        let f = self.ff.forward(h.reshape([b * n, c])).reshape([b, n, c]);
+        gated(x, m.gate_mlp, f)
     }
 }

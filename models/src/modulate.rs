@@ -25,7 +25,8 @@ pub fn modulate<B: Backend>(
     shift: Tensor<B, 2>,
     scale: Tensor<B, 2>,
 ) -> Tensor<B, 3> {
-    x * (scale.unsqueeze_dim::<3>(1) + 1.0) + shift.unsqueeze_dim::<3>(1)
+    let n = x.dims()[1];
+    x * per_token(scale + 1.0, n) + per_token(shift, n)
 }
 
 /// `x + gate · branch`, with one gate per sample and channel.
@@ -36,5 +37,16 @@ pub fn gated<B: Backend>(
     gate: Tensor<B, 2>,
     branch: Tensor<B, 3>,
 ) -> Tensor<B, 3> {
-    x + branch * gate.unsqueeze_dim::<3>(1)
+    let n = x.dims()[1];
+    x + branch * per_token(gate, n)
+}
+
+/// One row per sample, copied to each of its `n` tokens. Shapes: `[B, C]` → `[B, n, C]`.
+///
+/// Written out rather than broadcast: a `[B, 1, C]` operand broadcast over the middle axis is
+/// not one of the patterns flex's SIMD kernels recognise, so `x * v.unsqueeze_dim(1)` walks the
+/// tensor one element at a time (`cargo xtask bench video` measured the difference). A copied
+/// row costs one memcpy, and its gradient is one sum over the copies.
+pub fn per_token<B: Backend>(v: Tensor<B, 2>, n: usize) -> Tensor<B, 3> {
+    v.unsqueeze_dim::<3>(1).repeat_dim(1, n)
 }

@@ -31,10 +31,11 @@ pub fn group<B: Backend>(x: Tensor<B, 3>, g: Grouping) -> Tensor<B, 3> {
     let [b, _, c] = x.dims();
     match g.axis {
         Axis::Space => x.reshape([b * g.frames, g.patches, c]),
-        Axis::Time => x
-            .reshape([b, g.frames, g.patches, c])
-            .swap_dims(1, 2) // [B, N, F, C]
-            .reshape([b * g.patches, g.frames, c]),
+        Axis::Time => gather_rows(
+            x.reshape([b * g.frames * g.patches, c]),
+            time_order(b, g, true),
+        )
+        .reshape([b * g.patches, g.frames, c]),
     }
 }
 
@@ -45,9 +46,42 @@ pub fn ungroup<B: Backend>(x: Tensor<B, 3>, g: Grouping) -> Tensor<B, 3> {
         Axis::Space => x.reshape([groups / g.frames, g.frames * g.patches, c]),
         Axis::Time => {
             let b = groups / g.patches;
-            x.reshape([b, g.patches, g.frames, c])
-                .swap_dims(1, 2) // [B, F, N, C]
-                .reshape([b, g.frames * g.patches, c])
+            gather_rows(x.reshape([groups * g.frames, c]), time_order(b, g, false)).reshape([
+                b,
+                g.frames * g.patches,
+                c,
+            ])
         }
     }
+}
+
+/// Which input row each output row of the time axis's reordering reads. Frame-major order is
+/// token `(b·F + f)·N + n`, place-major `(b·N + n)·F + f`; `to_place_major` goes from the first
+/// to the second ([`group`]), otherwise back ([`ungroup`]).
+fn time_order(b: usize, g: Grouping, to_place_major: bool) -> Vec<i64> {
+    let (f, n) = (g.frames, g.patches);
+    let mut rows = Vec::with_capacity(b * f * n);
+    for bb in 0..b {
+        if to_place_major {
+            for nn in 0..n {
+                rows.extend((0..f).map(|ff| ((bb * f + ff) * n + nn) as i64));
+            }
+        } else {
+            for ff in 0..f {
+                rows.extend((0..n).map(|nn| ((bb * n + nn) * f + ff) as i64));
+            }
+        }
+    }
+    rows
+}
+
+/// Rows of `x [R, C]` in the order `rows` gives. Shapes: `[R, C]` → `[R, C]`.
+///
+/// Done as a gather of whole rows, not as `swap_dims` and a reshape: on flex a 4-D reordering is
+/// copied one element at a time, while a row gather (and its gradient, a scatter-add of rows) is
+/// a memcpy per token.
+fn gather_rows<B: Backend>(x: Tensor<B, 2>, rows: Vec<i64>) -> Tensor<B, 2> {
+    let n = rows.len();
+    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &x.device());
+    x.select(0, idx)
 }
