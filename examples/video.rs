@@ -30,7 +30,7 @@ use std::sync::Arc;
 #[command(about = "Train a video DiT to draw clips of two digits moving apart")]
 struct Args {
     /// Optimizer steps (0 with --load: just draw).
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 3000)]
     steps: usize,
     /// Clips per step.
     #[arg(long, default_value_t = 16)]
