@@ -33,7 +33,7 @@ pub fn group<B: Backend>(x: Tensor<B, 3>, g: Grouping) -> Tensor<B, 3> {
         Axis::Space => x.reshape([b * g.frames, g.patches, c]),
         Axis::Time => gather_rows(
             x.reshape([b * g.frames * g.patches, c]),
-            time_order(b, g, true),
+            transposed(b, g.frames, g.patches),
         )
         .reshape([b * g.patches, g.frames, c]),
     }
@@ -46,33 +46,27 @@ pub fn ungroup<B: Backend>(x: Tensor<B, 3>, g: Grouping) -> Tensor<B, 3> {
         Axis::Space => x.reshape([groups / g.frames, g.frames * g.patches, c]),
         Axis::Time => {
             let b = groups / g.patches;
-            gather_rows(x.reshape([groups * g.frames, c]), time_order(b, g, false)).reshape([
-                b,
-                g.frames * g.patches,
-                c,
-            ])
+            gather_rows(
+                x.reshape([groups * g.frames, c]),
+                transposed(b, g.patches, g.frames),
+            )
+            .reshape([b, g.frames * g.patches, c])
         }
     }
 }
 
-/// Which input row each output row of the time axis's reordering reads. Frame-major order is
-/// token `(b·F + f)·N + n`, place-major `(b·N + n)·F + f`; `to_place_major` goes from the first
-/// to the second ([`group`]), otherwise back ([`ungroup`]).
-fn time_order(b: usize, g: Grouping, to_place_major: bool) -> Vec<i64> {
-    let (f, n) = (g.frames, g.patches);
-    let mut rows = Vec::with_capacity(b * f * n);
+/// Which input row each output row of the time axis's reordering reads: every sample's tokens,
+/// laid out as `rows × cols` (token `(b·rows + i)·cols + j`), read back transposed, `cols × rows`.
+/// Frame-major order (`rows = F`, `cols = N`) becomes place-major for [`group`]; swapping the two
+/// goes back for [`ungroup`].
+fn transposed(b: usize, rows: usize, cols: usize) -> Vec<i64> {
+    let mut order = Vec::with_capacity(b * rows * cols);
     for bb in 0..b {
-        if to_place_major {
-            for nn in 0..n {
-                rows.extend((0..f).map(|ff| ((bb * f + ff) * n + nn) as i64));
-            }
-        } else {
-            for ff in 0..f {
-                rows.extend((0..n).map(|nn| ((bb * n + nn) * f + ff) as i64));
-            }
+        for j in 0..cols {
+            order.extend((0..rows).map(|i| ((bb * rows + i) * cols + j) as i64));
         }
     }
-    rows
+    order
 }
 
 /// Rows of `x [R, C]` in the order `rows` gives. Shapes: `[R, C]` → `[R, C]`.
