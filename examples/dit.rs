@@ -33,6 +33,10 @@ struct Args {
     steps: usize,
     #[arg(long, default_value_t = 64)]
     batch: usize,
+    /// Threads each batch is cut across, run side by side (the result is the whole batch's
+    /// gradient; the CPU backends default to 2, a GPU to 1).
+    #[arg(long, default_value_t = backend::PARTS)]
+    parts: usize,
     /// Peak learning rate (AdamW).
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
@@ -205,6 +209,7 @@ fn main() -> Result<()> {
     let opts = DitOptions {
         steps: args.steps,
         batch: args.batch,
+        parts: args.parts,
         lr: args.lr,
         warmup,
         decay_to: args.decay_to,

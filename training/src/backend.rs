@@ -9,18 +9,21 @@
 mod chosen {
     pub type Backend = burn::backend::Cuda;
     pub const NAME: &str = "cuda";
+    pub const PARTS: usize = 1;
 }
 
 #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
 mod chosen {
     pub type Backend = burn::backend::Wgpu;
     pub const NAME: &str = "wgpu";
+    pub const PARTS: usize = 1;
 }
 
 #[cfg(all(feature = "flex", not(any(feature = "cuda", feature = "wgpu"))))]
 mod chosen {
     pub type Backend = burn::backend::Flex;
     pub const NAME: &str = "flex";
+    pub const PARTS: usize = 2;
 }
 
 #[cfg(all(
@@ -30,6 +33,7 @@ mod chosen {
 mod chosen {
     pub type Backend = burn::backend::NdArray<f32>;
     pub const NAME: &str = "ndarray";
+    pub const PARTS: usize = 2;
 }
 
 #[cfg(not(any(
@@ -46,6 +50,11 @@ pub type Infer = chosen::Backend;
 pub type Train = burn::backend::Autodiff<Infer>;
 /// The backend's name, for messages and benchmark tables.
 pub const NAME: &str = chosen::NAME;
+
+/// Threads a DiT or video DiT batch is cut across by default ([`crate::shard`]): two on the CPU
+/// backends, whose elementwise arithmetic runs on one thread (`cargo xtask bench video --parts
+/// 1,2` measures the gain), one on a GPU.
+pub const PARTS: usize = chosen::PARTS;
 
 /// The default device of the chosen backend (the first GPU, or the CPU).
 pub fn device() -> burn::tensor::Device<Infer> {

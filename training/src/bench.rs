@@ -8,7 +8,9 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
+use burn::train::TrainStep;
 use nervus_models::mlp::MlpConfig;
+use nervus_models::output::LossOutput;
 use std::time::Instant;
 
 /// Waits for the device to finish queued work (a no-op on synchronous CPU backends).
@@ -122,22 +124,27 @@ pub fn gpt_chars_per_sec<B: AutodiffBackend>(
     (steps * batch * t) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// One flow-matching training step (forward, backward, clipping, AdamW) on random data, `steps`
-/// of them after two warm-up steps; returns steps a second. `step` builds the loss from the model.
+/// One flow-matching training step (the model's own `TrainStep` on `batch`, cut across `parts`
+/// threads as training cuts it; then clipping and AdamW), `steps` of them after two warm-up steps;
+/// returns steps a second.
 fn flow_steps_per_sec<B, M>(
     mut model: M,
     steps: usize,
-    loss: impl Fn(&M) -> Tensor<B, 1>,
+    batch: M::Input,
+    parts: usize,
     device: &B::Device,
 ) -> f64
 where
     B: AutodiffBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + TrainStep<Output = LossOutput<B::InnerBackend>>,
+    M::Input: crate::shard::Shard + Clone + Send,
 {
     let mut optim = OptimizerSpec::adamw(0.0).build(Some(1.0));
+    let mut last = None;
     let mut step = |model: M| {
-        let grads = GradientsParams::from_grads(loss(&model).backward(), &model);
-        optim.step(1e-3, model, grads)
+        let out = crate::shard::step(&model, batch.clone(), parts);
+        last = Some(out.item.loss);
+        optim.step(1e-3, model, out.grads)
     };
     for _ in 0..2 {
         model = step(model);
@@ -147,16 +154,18 @@ where
     for _ in 0..steps {
         model = step(model);
     }
-    // Reading a loss back forces every queued step to finish.
-    let _ = loss(&model).into_data();
+    // Reading the last loss back forces every queued step to finish.
+    let _ = last.map(|l| l.into_data());
     sync::<B>(device);
     steps as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Training images a second of the digits DiT (`config`), batch `batch`.
+/// Training images a second of the digits DiT (`config`), batch `batch` cut across `parts`
+/// threads.
 pub fn dit_images_per_sec<B: AutodiffBackend>(
     config: &nervus_models::dit::DitConfig,
     batch: usize,
+    parts: usize,
     steps: usize,
     device: &B::Device,
 ) -> f64 {
@@ -170,13 +179,15 @@ pub fn dit_images_per_sec<B: AutodiffBackend>(
         labels: Tensor::random([batch, 1], Distribution::Uniform(0.0, 10.0), device),
     };
     let model = config.init::<B>(device);
-    batch as f64 * flow_steps_per_sec(model, steps, |m| m.flow_loss(b.clone()), device)
+    batch as f64 * flow_steps_per_sec(model, steps, b, parts, device)
 }
 
-/// Training steps a second of the video DiT (`config`: its attention decides), batch `batch`.
+/// Training steps a second of the video DiT (`config`: its attention decides), batch `batch`
+/// cut across `parts` threads.
 pub fn video_steps_per_sec<B: AutodiffBackend>(
     config: &nervus_models::video_dit::VideoDitConfig,
     batch: usize,
+    parts: usize,
     steps: usize,
     device: &B::Device,
 ) -> f64 {
@@ -190,5 +201,5 @@ pub fn video_steps_per_sec<B: AutodiffBackend>(
         labels: Tensor::random([batch, 2], Distribution::Uniform(0.0, 10.0), device),
     };
     let model = config.init::<B>(device);
-    flow_steps_per_sec(model, steps, |m| m.flow_loss(b.clone()), device)
+    flow_steps_per_sec(model, steps, b, parts, device)
 }

@@ -316,6 +316,9 @@ pub struct DitSettings {
     pub data: String,
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch was cut across (runs older than the option: 1).
+    #[serde(default = "crate::shard::one")]
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -336,6 +339,8 @@ pub struct DitSettings {
 pub struct DitOptions {
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch is cut across ([`crate::shard`]).
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -467,6 +472,7 @@ pub fn train<B: AutodiffBackend>(
         data: opts.data_name.clone(),
         steps: opts.steps,
         batch: opts.batch,
+        parts: opts.parts,
         lr: opts.lr,
         warmup: opts.warmup,
         decay_to: opts.decay_to,
@@ -505,6 +511,7 @@ pub fn train<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs: source.epochs(),
         accumulation: 1,
+        parts: opts.parts,
         resume: false,
         baseline: false,
         report: report.clone(),

@@ -466,6 +466,7 @@ pub fn train_with<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs,
         accumulation: 1,
+        parts: 1,
         resume: false,
         baseline: opts.continued_from.is_some(),
         report: report.clone(),

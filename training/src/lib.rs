@@ -20,5 +20,6 @@ pub mod renderer;
 pub mod report;
 pub mod run;
 pub mod schedule;
+pub mod shard;
 pub mod strategy;
 pub mod video;

@@ -798,6 +798,7 @@ pub fn train<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs: epochs.len(),
         accumulation: k,
+        parts: 1,
         resume: opts.resume,
         baseline: opts.continued_from.is_some(),
         report: report.clone(),

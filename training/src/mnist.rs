@@ -196,6 +196,7 @@ pub fn train<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs: opts.epochs,
         accumulation: 1,
+        parts: 1,
         resume: false,
         baseline: false,
         report,

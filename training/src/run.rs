@@ -46,6 +46,8 @@ pub struct RunConfig {
     pub epochs: usize,
     /// Micro-batches per optimizer step.
     pub accumulation: usize,
+    /// Threads each batch is cut across ([`crate::shard`]; 1 = none).
+    pub parts: usize,
     /// Continue from the newest checkpoint in `dir` if there is one.
     pub resume: bool,
     /// Measure the starting model before the first step (for continuations).
@@ -133,11 +135,11 @@ where
     B: AutodiffBackend,
     M: TrainStep<Input = TS::Batch> + AutodiffModule<B> + core::fmt::Display + 'static,
     M::InnerModule: InferenceStep<Input = VS::Batch>,
-    <M as TrainStep>::Output: Scored,
+    <M as TrainStep>::Output: Scored + crate::shard::Merge + Send,
     <M::InnerModule as InferenceStep>::Output: Scored,
     TS: BatchSource<B> + 'static,
     VS: BatchSource<B::InnerBackend> + 'static,
-    TS::Batch: 'static,
+    TS::Batch: crate::shard::Shard + Send + 'static,
     VS::Batch: 'static,
 {
     let device = model.devices()[0].clone();
@@ -163,6 +165,7 @@ where
         device,
         cursor,
         accumulation: run.accumulation.max(1),
+        parts: run.parts.max(1),
         batches,
         hook: Arc::new(Mutex::new(hook)),
         baseline: run.baseline,

@@ -4,6 +4,8 @@
 //! `SupervisedLearningStrategy`; this one does what Burn's single-device strategy does (train an
 //! epoch, validate, checkpoint) and adds what every model here needs from the same place:
 //!
+//! - data parallelism on one machine: each batch cut into `parts` run on as many threads
+//!   ([`crate::shard`]), for CPU backends that leave cores idle;
 //! - gradient accumulation that averages: `k` micro-batches of `b` give the gradient of one batch
 //!   of `k·b` (Burn's own accumulation sums them, which is a learning rate `k` times too high for
 //!   SGD), and one learning-rate step per optimizer step;
@@ -15,6 +17,7 @@
 //!   knows the bar it has to beat.
 
 use crate::loader::EpochCursor;
+use crate::shard::{Merge, Shard};
 use burn::data::dataloader::Progress;
 use burn::module::AutodiffModule;
 use burn::optim::GradientsAccumulator;
@@ -109,6 +112,8 @@ pub struct StepStrategy<LC: LearningComponentsTypes> {
     pub cursor: EpochCursor,
     /// Micro-batches per optimizer step (1 = no accumulation).
     pub accumulation: usize,
+    /// Threads a batch is cut across ([`crate::shard`]; 1 = the model's own step).
+    pub parts: usize,
     /// Batches in each epoch, to count optimizer steps across a resume.
     pub batches: Vec<usize>,
     pub hook: SharedHook<LC::InferenceModel>,
@@ -152,7 +157,8 @@ where
 impl<LC> SupervisedLearningStrategy<LC> for StepStrategy<LC>
 where
     LC: LearningComponentsTypes,
-    <LC::TrainingModel as TrainStep>::Output: Scored,
+    <LC::TrainingModel as TrainStep>::Input: Shard + Send,
+    <LC::TrainingModel as TrainStep>::Output: Scored + Merge + Send,
     <LC::InferenceModel as InferenceStep>::Output: Scored,
 {
     fn fit(
@@ -205,7 +211,11 @@ where
                 if pending == 0 {
                     learner.lr_step();
                 }
-                let mut out = learner.train_step(batch);
+                let mut out = if self.parts > 1 {
+                    crate::shard::step(&learner.model(), batch, self.parts)
+                } else {
+                    learner.train_step(batch)
+                };
                 train_score.add(out.item.score(false));
                 if k == 1 {
                     learner.optimizer_step(out.grads);

@@ -598,6 +598,9 @@ pub struct VideoSettings {
     pub data: String,
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch was cut across (runs older than the option: 1).
+    #[serde(default = "crate::shard::one")]
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -618,6 +621,8 @@ pub struct VideoSettings {
 pub struct VideoOptions {
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch is cut across ([`crate::shard`]).
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -811,6 +816,7 @@ pub fn train<B: AutodiffBackend>(
         data: opts.data_name.clone(),
         steps: opts.steps,
         batch: opts.batch,
+        parts: opts.parts,
         lr: opts.lr,
         warmup: opts.warmup,
         decay_to: opts.decay_to,
@@ -856,6 +862,7 @@ pub fn train<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs: source.epochs.len(),
         accumulation: 1,
+        parts: opts.parts,
         resume: opts.resume,
         baseline: false,
         report: report.clone(),

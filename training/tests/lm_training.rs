@@ -307,12 +307,19 @@ impl EpochHook<Gpt<I>> for Quiet {
     }
 }
 
-fn run_accumulated(batch: usize, k: usize, windows: &[Vec<i64>], dir: &Path) -> Gpt<I> {
+fn run_accumulated(
+    batch: usize,
+    k: usize,
+    parts: usize,
+    windows: &[Vec<i64>],
+    dir: &Path,
+) -> Gpt<I> {
     let config = LmPreset::Tiny.config(13).with_context(8);
     let run = RunConfig {
         dir: dir.to_path_buf(),
         epochs: 1,
         accumulation: k,
+        parts,
         resume: false,
         baseline: false,
         report: Reporter::silent(),
@@ -336,7 +343,7 @@ fn run_accumulated(batch: usize, k: usize, windows: &[Vec<i64>], dir: &Path) -> 
 }
 
 #[test]
-fn k_micro_batches_of_b_make_the_step_one_batch_of_k_times_b_makes() {
+fn micro_batches_and_parts_make_the_step_one_whole_batch_makes() {
     let windows: Vec<Vec<i64>> = (0..12)
         .map(|r| {
             (0..9)
@@ -349,23 +356,40 @@ fn k_micro_batches_of_b_make_the_step_one_batch_of_k_times_b_makes() {
         use burn::module::AutodiffModule;
         fresh(&LmPreset::Tiny.config(13).with_context(8)).valid()
     });
-    let one = params(&run_accumulated(4, 1, &windows, &dir.join("one")));
-    let two = params(&run_accumulated(2, 2, &windows, &dir.join("two")));
-    let (mut moved, mut apart) = (0.0f32, 0.0f32);
-    for (((name, s), (_, a)), (_, b)) in start.iter().zip(&one).zip(&two) {
-        for ((s, a), b) in s.iter().zip(a).zip(b) {
-            assert!(a.is_finite() && b.is_finite(), "{name}");
-            moved = moved.max((a - s).abs());
-            apart = apart.max((a - b).abs());
+    let one = params(&run_accumulated(4, 1, 1, &windows, &dir.join("one")));
+    // The same whole batches, each cut across threads ([`nervus_training::shard`]): two even
+    // parts, and three uneven ones (2 + 1 + 1), whose weights must follow their sizes.
+    for (label, other) in [
+        (
+            "2 micro-batches of 2",
+            run_accumulated(2, 2, 1, &windows, &dir.join("two")),
+        ),
+        (
+            "batches of 4 in 2 parts",
+            run_accumulated(4, 1, 2, &windows, &dir.join("p2")),
+        ),
+        (
+            "batches of 4 in 3 parts",
+            run_accumulated(4, 1, 3, &windows, &dir.join("p3")),
+        ),
+    ] {
+        let other = params(&other);
+        let (mut moved, mut apart) = (0.0f32, 0.0f32);
+        for (((name, s), (_, a)), (_, b)) in start.iter().zip(&one).zip(&other) {
+            for ((s, a), b) in s.iter().zip(a).zip(b) {
+                assert!(a.is_finite() && b.is_finite(), "{label}: {name}");
+                moved = moved.max((a - s).abs());
+                apart = apart.max((a - b).abs());
+            }
         }
+        // Three steps at lr 0.5 move the weights by far more than rounding; summing instead of
+        // averaging would put the two runs about as far apart as the steps themselves.
+        assert!(moved > 1e-3, "the steps barely moved the weights: {moved}");
+        assert!(
+            apart <= 1e-4 * moved,
+            "{label} and whole batches differ by {apart} (steps moved weights by {moved})"
+        );
     }
-    // Three steps at lr 0.5 move the weights by far more than rounding; summing instead of
-    // averaging would put the two runs about as far apart as the steps themselves.
-    assert!(moved > 1e-3, "the steps barely moved the weights: {moved}");
-    assert!(
-        apart <= 1e-4 * moved,
-        "accumulated and whole batches differ by {apart} (steps moved weights by {moved})"
-    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -48,6 +48,7 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
     VideoOptions {
         steps,
         batch: 2,
+        parts: 1,
         lr,
         warmup: 0,
         decay_to: 0.1,

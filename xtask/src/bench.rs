@@ -21,6 +21,10 @@ pub struct BenchArgs {
     /// Clips per step (`video`).
     #[arg(long, default_value_t = 16)]
     batch: usize,
+    /// Threads each batch is cut across, one measurement per value (`video`, `dit`): e.g. `1,2`
+    /// compares the model's own step with two parts run side by side.
+    #[arg(long, value_delimiter = ',', default_values_t = [nervus_training::backend::PARTS])]
+    parts: Vec<usize>,
 }
 
 type NdArray = burn::backend::NdArray<f32>;
@@ -30,8 +34,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "backends" => backends(args.rounds),
         "gpt" => gpt(args.rounds, args.steps),
-        "dit" => dit(args.rounds, args.steps),
-        "video" => video(args.rounds, args.steps, args.batch),
+        "dit" => dit(args.rounds, args.steps, &args.parts),
+        "video" => video(args.rounds, args.steps, args.batch, &args.parts),
         "allocator" => allocator(args.rounds),
         probe if probe.starts_with(PROBE) => {
             let rate = probe_rate(&probe[PROBE.len()..])?;
@@ -160,59 +164,90 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-fn dit(rounds: usize, steps: Option<usize>) -> Result<()> {
+fn dit(rounds: usize, steps: Option<usize>, parts: &[usize]) -> Result<()> {
     use nervus_training::bench::dit_images_per_sec;
     let config = nervus_models::dit::DitConfig::digits();
     let n = steps.unwrap_or(10);
     let mut names = vec!["ndarray", "flex"];
     names.extend(gpu_name());
     println!(
-        "DiT training throughput (images a second), the digits preset, batch 64, {} threads, {rounds} interleaved rounds of {n} steps, medians",
+        "DiT training throughput (images a second), the digits preset, batch 64 cut across {parts:?} threads, {} threads, {rounds} interleaved rounds of {n} steps, medians",
         threads()
     );
-    let mut results = vec![Vec::new(); names.len()];
+    // results[p][backend]: one list of rates per round.
+    let mut results = vec![vec![Vec::new(); names.len()]; parts.len()];
     for r in 0..rounds {
-        results[0].push(dit_images_per_sec::<burn::backend::Autodiff<NdArray>>(
-            &config,
-            64,
-            n,
-            &Default::default(),
-        ));
-        results[1].push(dit_images_per_sec::<burn::backend::Autodiff<Flex>>(
-            &config,
-            64,
-            n,
-            &Default::default(),
-        ));
-        if names.len() > 2 {
-            results[2].push(dit_images_per_sec::<nervus_training::backend::Train>(
+        for (pi, &p) in parts.iter().enumerate() {
+            results[pi][0].push(dit_images_per_sec::<burn::backend::Autodiff<NdArray>>(
                 &config,
                 64,
+                p,
                 n,
-                &nervus_training::backend::device(),
+                &Default::default(),
             ));
+            results[pi][1].push(dit_images_per_sec::<burn::backend::Autodiff<Flex>>(
+                &config,
+                64,
+                p,
+                n,
+                &Default::default(),
+            ));
+            if names.len() > 2 {
+                results[pi][2].push(dit_images_per_sec::<nervus_training::backend::Train>(
+                    &config,
+                    64,
+                    p,
+                    n,
+                    &nervus_training::backend::device(),
+                ));
+            }
         }
         eprintln!("  round {}/{rounds} done", r + 1);
     }
     let mut t = String::new();
-    writeln!(t, "| model | {} | flex / ndarray |", names.join(" | "))?;
-    writeln!(t, "|---|{}---|", "---|".repeat(names.len()))?;
-    let cells: Vec<String> = results
-        .iter()
-        .map(|r| format!("{:.1}", median(r)))
-        .collect();
     writeln!(
         t,
-        "| DiT digits ({} tokens) | {} | {:.2} |",
-        config.tokens(),
-        cells.join(" | "),
-        median(&results[1]) / median(&results[0])
+        "| model | parts | {} | flex / ndarray |",
+        names.join(" | ")
     )?;
+    writeln!(t, "|---|---|{}---|", "---|".repeat(names.len()))?;
+    for (pi, &p) in parts.iter().enumerate() {
+        let cells: Vec<String> = results[pi]
+            .iter()
+            .map(|r| format!("{:.1}", median(r)))
+            .collect();
+        writeln!(
+            t,
+            "| DiT digits ({} tokens) | {p} | {} | {:.2} |",
+            config.tokens(),
+            cells.join(" | "),
+            median(&results[pi][1]) / median(&results[pi][0])
+        )?;
+    }
+    for (pi, &p) in parts.iter().enumerate().skip(1) {
+        for (bi, name) in names.iter().enumerate() {
+            let (lo, hi) = spread(&results[pi][bi], &results[0][bi]);
+            writeln!(
+                t,
+                "\n{name}: {p} parts / {} part(s): {:.2}× by the medians; {lo:.2}× to {hi:.2}× within rounds",
+                parts[0],
+                median(&results[pi][bi]) / median(&results[0][bi])
+            )?;
+        }
+    }
     print!("{t}");
     Ok(())
 }
 
-fn video(rounds: usize, steps: Option<usize>, batch: usize) -> Result<()> {
+/// The lowest and highest round-by-round ratio of `a` to `b`.
+fn spread(a: &[f64], b: &[f64]) -> (f64, f64) {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x / y)
+        .fold((f64::INFINITY, 0f64), |(l, h), v| (l.min(v), h.max(v)))
+}
+
+fn video(rounds: usize, steps: Option<usize>, batch: usize, parts: &[usize]) -> Result<()> {
     use nervus_models::video_dit::{Attention, VideoDitConfig};
     use nervus_training::backend::{Train, device};
     use nervus_training::bench::video_steps_per_sec;
@@ -220,51 +255,72 @@ fn video(rounds: usize, steps: Option<usize>, batch: usize) -> Result<()> {
     let fact = VideoDitConfig::new();
     let full = VideoDitConfig::new().with_attention(Attention::Full);
     println!(
-        "video DiT training steps a second, {} frames × {} patches = {} tokens, batch {batch}, backend {}, {} threads, {rounds} interleaved rounds of {n} steps, medians",
+        "video DiT training steps a second, {} frames × {} patches = {} tokens, batch {batch} cut across {parts:?} threads, backend {}, {} threads, {rounds} interleaved rounds of {n} steps, medians",
         fact.frames,
         fact.patches(),
         fact.frames * fact.patches(),
         nervus_training::backend::NAME,
         threads()
     );
-    let (mut a, mut b, mut ratios) = (vec![], vec![], vec![]);
+    // rates[p] = (factorised, full), one entry per round.
+    let mut rates = vec![(Vec::new(), Vec::new()); parts.len()];
     for r in 0..rounds {
-        let x = video_steps_per_sec::<Train>(&fact, batch, n, &device());
-        let y = video_steps_per_sec::<Train>(&full, batch, n, &device());
-        eprintln!(
-            "  round {}/{rounds}: factorised {x:.3}, full {y:.3} steps/s, ratio {:.2}",
-            r + 1,
-            x / y
-        );
-        a.push(x);
-        b.push(y);
-        ratios.push(x / y);
+        let mut line = Vec::new();
+        for (pi, &p) in parts.iter().enumerate() {
+            let x = video_steps_per_sec::<Train>(&fact, batch, p, n, &device());
+            let y = video_steps_per_sec::<Train>(&full, batch, p, n, &device());
+            line.push(format!("{p} part(s): factorised {x:.3}, full {y:.3}"));
+            rates[pi].0.push(x);
+            rates[pi].1.push(y);
+        }
+        eprintln!("  round {}/{rounds}: {} steps/s", r + 1, line.join("; "));
     }
     let mut t = String::new();
     writeln!(
         t,
-        "| attention | steps/s (median) | clips/s |\n|---|---|---|"
+        "| attention | parts | steps/s (median) | clips/s | within rounds |\n|---|---|---|---|---|"
     )?;
-    writeln!(
-        t,
-        "| factorised | {:.3} | {:.1} |",
-        median(&a),
-        median(&a) * batch as f64
-    )?;
-    writeln!(
-        t,
-        "| full | {:.3} | {:.1} |",
-        median(&b),
-        median(&b) * batch as f64
-    )?;
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::INFINITY, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
-    writeln!(
-        t,
-        "\nfactorised / full: {:.2}× by the medians; {lo:.2}× to {hi:.2}× within rounds",
-        median(&a) / median(&b)
-    )?;
+    for (name, pick) in [("factorised", 0), ("full", 1)] {
+        for (pi, &p) in parts.iter().enumerate() {
+            let v = if pick == 0 {
+                &rates[pi].0
+            } else {
+                &rates[pi].1
+            };
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
+            writeln!(
+                t,
+                "| {name} | {p} | {:.3} | {:.1} | {lo:.3}–{hi:.3} |",
+                median(v),
+                median(v) * batch as f64
+            )?;
+        }
+    }
+    for (pi, &p) in parts.iter().enumerate() {
+        let (f, u) = &rates[pi];
+        let (lo, hi) = spread(f, u);
+        writeln!(
+            t,
+            "\n{p} part(s): factorised / full {:.2}× by the medians; {lo:.2}× to {hi:.2}× within rounds",
+            median(f) / median(u)
+        )?;
+    }
+    for (pi, &p) in parts.iter().enumerate().skip(1) {
+        for (name, a, b) in [
+            ("factorised", &rates[pi].0, &rates[0].0),
+            ("full", &rates[pi].1, &rates[0].1),
+        ] {
+            let (lo, hi) = spread(a, b);
+            writeln!(
+                t,
+                "\n{name}: {p} parts / {} part(s) {:.2}× by the medians; {lo:.2}× to {hi:.2}× within rounds",
+                parts[0],
+                median(a) / median(b)
+            )?;
+        }
+    }
     print!("{t}");
     Ok(())
 }
@@ -287,17 +343,22 @@ fn probe_rate(model: &str) -> Result<f64> {
     use nervus_training::bench::{dit_images_per_sec, gpt_chars_per_sec, video_steps_per_sec};
     Ok(match model {
         "video-factorised" => {
-            video_steps_per_sec::<Train>(&VideoDitConfig::new(), 16, 5, &device())
+            video_steps_per_sec::<Train>(&VideoDitConfig::new(), 16, 1, 5, &device())
         }
         "video-full" => video_steps_per_sec::<Train>(
             &VideoDitConfig::new().with_attention(Attention::Full),
             16,
+            1,
             5,
             &device(),
         ),
-        "dit" => {
-            dit_images_per_sec::<Train>(&nervus_models::dit::DitConfig::digits(), 64, 10, &device())
-        }
+        "dit" => dit_images_per_sec::<Train>(
+            &nervus_models::dit::DitConfig::digits(),
+            64,
+            1,
+            10,
+            &device(),
+        ),
         "gpt-medium" => gpt_chars_per_sec::<Train>(
             &nervus_models::gpt::GptSize::Medium.config(64),
             16,

@@ -1,0 +1,193 @@
+//! Data parallelism inside one process: a batch cut into parts along its first axis, each part's
+//! forward and backward pass run on a thread of its own, and the parts' gradients summed, each
+//! weighted by its share of the predictions the loss averages. That is the whole batch's
+//! gradient, up to the order the floats are added in.
+//!
+//! Why it pays on a CPU: flex spreads matrix products and large reductions over its threads but
+//! does elementwise arithmetic (adds, products, activations, the adaLN modulations) on the
+//! calling thread, so a video DiT training step keeps about 1.3 of 2 cores busy. Two parts give
+//! the elementwise work a second thread. `cargo xtask bench video --parts 1,2` measures it.
+//!
+//! Each part runs on a fork of the model: the same weights (nothing is copied) under fresh autograd
+//! leaves, so the parts' graphs never meet and their backward passes run side by side (Burn keeps
+//! one lock per graph, and two uses of the same leaves would merge the graphs into one). A fork
+//! keeps every parameter's id, so the gradients land on the learner's model.
+
+use burn::module::AutodiffModule;
+use burn::optim::GradientsAccumulator;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{ClassificationOutput, TrainOutput, TrainStep};
+use nervus_models::flow::FlowBatch;
+use nervus_models::gpt::LmBatch;
+use nervus_models::mlp::ClassBatch;
+use nervus_models::output::LossOutput;
+
+/// A training batch that can be cut into parts along its first axis.
+pub trait Shard: Sized {
+    /// Items (first-axis entries) in the batch.
+    fn items(&self) -> usize;
+    /// Items `start..start + len` of the batch.
+    fn part(&self, start: usize, len: usize) -> Self;
+}
+
+/// A training step's output that can be put back together from its parts' outputs.
+pub trait Merge: Sized {
+    /// How many predictions this part's mean loss is over: its weight in the whole batch's mean.
+    fn weight(&self) -> f64;
+    /// The whole batch's output from its parts' (in order).
+    fn merge(parts: Vec<Self>) -> Self;
+}
+
+/// The serde default of a `parts` setting: runs recorded before it existed used one thread.
+pub fn one() -> usize {
+    1
+}
+
+/// Item ranges of `n` items cut into at most `parts` consecutive, nearly equal parts (the first
+/// `n % parts` one item longer); never an empty part.
+pub fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
+    let parts = parts.clamp(1, n.max(1));
+    let (base, extra) = (n / parts, n % parts);
+    let mut start = 0;
+    (0..parts)
+        .map(|i| {
+            let len = base + usize::from(i < extra);
+            let r = (start, len);
+            start += len;
+            r
+        })
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+/// One training step of `model` on `batch`, cut into `parts` parts run on as many threads (1: the
+/// model's own step, on this thread). The gradients are the whole batch's: each part's, scaled by
+/// its [`Merge::weight`] over the total, summed.
+pub fn step<B, M>(model: &M, batch: M::Input, parts: usize) -> TrainOutput<M::Output>
+where
+    B: AutodiffBackend,
+    M: TrainStep + AutodiffModule<B>,
+    M::Input: Shard + Send,
+    M::Output: Merge + Send,
+{
+    let cuts = ranges(batch.items(), parts);
+    if cuts.len() <= 1 {
+        return model.step(batch);
+    }
+    let device = model
+        .devices()
+        .into_iter()
+        .next()
+        .expect("a model with parameters");
+    let inputs: Vec<M::Input> = cuts.iter().map(|&(s, l)| batch.part(s, l)).collect();
+    drop(batch);
+    let outs: Vec<TrainOutput<M::Output>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = inputs
+            .into_iter()
+            .map(|input| {
+                let fork = model.clone().fork(&device);
+                scope.spawn(move || fork.step(input))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let total: f64 = outs.iter().map(|o| o.item.weight()).sum();
+    let mut acc = GradientsAccumulator::new();
+    let mut items = Vec::with_capacity(outs.len());
+    for mut out in outs {
+        crate::optim::scale_grads::<B, M>(model, &mut out.grads, out.item.weight() / total);
+        acc.accumulate(model, out.grads);
+        items.push(out.item);
+    }
+    TrainOutput {
+        grads: acc.grads(),
+        item: M::Output::merge(items),
+    }
+}
+
+impl<B: Backend, const D: usize> Shard for FlowBatch<B, D> {
+    fn items(&self) -> usize {
+        self.t.dims()[0]
+    }
+
+    fn part(&self, start: usize, len: usize) -> Self {
+        FlowBatch {
+            x: self.x.clone().narrow(0, start, len),
+            noise: self.noise.clone().narrow(0, start, len),
+            t: self.t.clone().narrow(0, start, len),
+            labels: self.labels.clone().narrow(0, start, len),
+        }
+    }
+}
+
+impl<B: Backend> Shard for LmBatch<B> {
+    fn items(&self) -> usize {
+        self.inputs.dims()[0]
+    }
+
+    fn part(&self, start: usize, len: usize) -> Self {
+        LmBatch {
+            inputs: self.inputs.clone().narrow(0, start, len),
+            targets: self.targets.clone().narrow(0, start, len),
+            doc_mask: self
+                .doc_mask
+                .as_ref()
+                .map(|m| m.clone().narrow(0, start, len)),
+        }
+    }
+}
+
+impl<B: Backend> Shard for ClassBatch<B> {
+    fn items(&self) -> usize {
+        self.targets.dims()[0]
+    }
+
+    fn part(&self, start: usize, len: usize) -> Self {
+        ClassBatch {
+            inputs: self.inputs.clone().narrow(0, start, len),
+            targets: self.targets.clone().narrow(0, start, len),
+        }
+    }
+}
+
+impl<B: Backend> Merge for LossOutput<B> {
+    fn weight(&self) -> f64 {
+        self.count as f64
+    }
+
+    fn merge(parts: Vec<Self>) -> Self {
+        let count: usize = parts.iter().map(|p| p.count).sum();
+        let loss = parts
+            .into_iter()
+            .map(|p| p.loss * (p.count as f64 / count as f64))
+            .reduce(|a, b| a + b)
+            .expect("at least one part");
+        LossOutput { loss, count }
+    }
+}
+
+impl<B: Backend> Merge for ClassificationOutput<B> {
+    fn weight(&self) -> f64 {
+        self.targets.dims()[0] as f64
+    }
+
+    fn merge(parts: Vec<Self>) -> Self {
+        let n: f64 = parts.iter().map(|p| p.weight()).sum();
+        let loss = parts
+            .iter()
+            .map(|p| p.loss.clone().detach() * (p.weight() / n))
+            .reduce(|a, b| a + b)
+            .expect("at least one part");
+        let output = Tensor::cat(parts.iter().map(|p| p.output.clone().detach()).collect(), 0);
+        let targets = Tensor::cat(parts.into_iter().map(|p| p.targets).collect(), 0);
+        ClassificationOutput {
+            loss,
+            output,
+            targets,
+        }
+    }
+}
