@@ -126,13 +126,21 @@ fn a_tiny_video_model_learns_and_saves_its_best() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every batch of the resume test is cut across two threads ([`nervus_training::shard`]), so
+/// the test also says that a threaded run is reproducible to the bit.
+fn threaded(dir: &Path) -> VideoOptions {
+    let mut o = options(dir, 4, 2, 1e-3);
+    o.parts = 2;
+    o
+}
+
 #[test]
 fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
     let dir = scratch("resume");
     let (train_clips, test) = data();
     let whole_dir = dir.join("whole");
     let (whole, whole_model) = train(
-        &options(&whole_dir, 4, 2, 1e-3),
+        &threaded(&whole_dir),
         train_clips.clone(),
         &test,
         judge(),
@@ -143,7 +151,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
     assert_eq!(whole.checkpoints.len(), 2);
 
     let parts = dir.join("parts");
-    let mut first = options(&parts, 4, 2, 1e-3);
+    let mut first = threaded(&parts);
     first.stop_after = Some(2);
     let (stopped, _) = train(
         &first,
@@ -159,12 +167,12 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         1,
         "stopped at its first evaluation"
     );
-    let mut second = options(&parts, 4, 2, 1e-3);
+    let mut second = threaded(&parts);
     second.resume = true;
     // Another starting model: the resume must replace it with the checkpoint's.
     let (resumed, resumed_model) = train(
         &second,
-        train_clips,
+        train_clips.clone(),
         &test,
         judge(),
         fresh(999),
@@ -178,5 +186,18 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
     assert_eq!(a.valid_loss.to_bits(), b.valid_loss.to_bits());
     assert_eq!(a.label_gap.to_bits(), b.label_gap.to_bits());
     assert_eq!(params(&whole_model), params(&resumed_model));
+
+    // The same run on one thread: the same arithmetic in another order, so close, not equal.
+    let (single, _) = train(
+        &options(&dir.join("single"), 4, 2, 1e-3),
+        train_clips,
+        &test,
+        judge(),
+        fresh(7),
+        Reporter::silent(),
+    )
+    .unwrap();
+    let (x, y) = (single.checkpoints[1].valid_loss, a.valid_loss);
+    assert!((x - y).abs() <= 1e-4 * y, "one thread {x}, two threads {y}");
     let _ = std::fs::remove_dir_all(dir);
 }
