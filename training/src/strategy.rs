@@ -211,11 +211,8 @@ where
                 if pending == 0 {
                     learner.lr_step();
                 }
-                let mut out = if self.parts > 1 {
-                    crate::shard::step(&learner.model(), batch, self.parts)
-                } else {
-                    learner.train_step(batch)
-                };
+                // One part is the model's own step, on this thread.
+                let mut out = crate::shard::step(&learner.model(), batch, self.parts);
                 train_score.add(out.item.score(false));
                 if k == 1 {
                     learner.optimizer_step(out.grads);
