@@ -5,6 +5,8 @@
 //! cargo run --release --example video                                   # the default run
 //! cargo run --release --example video -- --resume                       # continue a stopped run
 //! cargo run --release --example video -- --load out/video/model --steps 0 --guidance 4 --pairs 3-7,0-1
+//! cargo run --release --example video -- --load out/video/model --steps 0 \
+//!     --average out/video/train/checkpoint/model-11.mpk out/video/train/checkpoint/model-12.mpk
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -17,6 +19,7 @@ use nervus_models::mlp::Mlp;
 use nervus_models::video_dit::{Attention, VideoDitConfig};
 use nervus_models::video_pipeline;
 use nervus_training::backend;
+use nervus_training::checkpoint::{average_checkpoints, replace_dir};
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
@@ -91,6 +94,11 @@ struct Args {
     /// Start from (or, with --steps 0, draw with) a saved pipeline.
     #[arg(long)]
     load: Option<PathBuf>,
+    /// With --steps 0: draw with the mean of these checkpoint files' weights (the learner's
+    /// `model-N.mpk`, of the --load pipeline's architecture) instead; the averaged pipeline is
+    /// saved in <out>/model-averaged.
+    #[arg(long, num_args = 1..)]
+    average: Vec<PathBuf>,
     /// Continue the run stopped in --out (weights, optimizer, schedule and data position).
     #[arg(long)]
     resume: bool,
@@ -132,6 +140,9 @@ fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if !args.average.is_empty() && args.steps != 0 {
+        bail!("--average draws with averaged weights: use it with --steps 0 and --load DIR");
+    }
     let device = backend::device();
     let data = if args.download {
         let dir = mnist::full_dir(&cache::data_dir());
@@ -217,8 +228,22 @@ fn main() -> Result<()> {
         let Some(dir) = &args.load else {
             bail!("--steps 0 means \"just draw\": give a pipeline with --load DIR");
         };
-        let model = video_pipeline::load_pipeline::<backend::Infer>(dir, &device)
+        let mut model = video_pipeline::load_pipeline::<backend::Infer>(dir, &device)
             .with_context(|| format!("loading {}", dir.display()))?;
+        if !args.average.is_empty() {
+            model = average_checkpoints(model, &args.average, &device)
+                .context("averaging the checkpoints")?;
+            let saved = args.out.join("model-averaged");
+            replace_dir(&saved, |d| video_pipeline::save_pipeline(&model, d))
+                .with_context(|| format!("saving {}", saved.display()))?;
+            println!(
+                "drawing with the mean of {} checkpoints ({} … {}), saved in {}",
+                args.average.len(),
+                args.average[0].display(),
+                args.average[args.average.len() - 1].display(),
+                saved.display()
+            );
+        }
         let drawn = draw(&model, &pairs, settings, 16);
         let v = judge_clips(&judge_model, &drawn, &pairs);
         let name = format!("g{}-s{}", args.guidance, args.sample_steps);
