@@ -23,8 +23,8 @@ use nervus_training::checkpoint::{average_checkpoints, replace_dir};
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
-    SHOWCASE, VideoOptions, draw, judge_clips, judge_frames, real_clips, train, train_judge,
-    write_clips,
+    JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, judge_frames, load_judges,
+    real_clips, train, train_judges, write_clips,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,9 +108,13 @@ struct Args {
     /// Where clips, sheets and logs go.
     #[arg(long, default_value = "out/video")]
     out: PathBuf,
-    /// A saved window judge (default: train one first, about half a minute).
+    /// A saved judge or panel of judges (a run saves its panel in <out>/judge; default: train
+    /// the panel first, about 15 s a judge).
     #[arg(long)]
     judge: Option<PathBuf>,
+    /// Judges in the panel, alike but for their seeds (1, 2, …): every count is given for each.
+    #[arg(long, default_value_t = 3)]
+    judges: usize,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -165,32 +169,53 @@ fn main() -> Result<()> {
         guidance: args.guidance,
     };
 
-    let judge_model: Mlp<backend::Infer> = match &args.judge {
-        Some(dir) => Mlp::load(dir, &device)
+    if args.judges == 0 {
+        bail!("--judges must be at least 1");
+    }
+    let judges: Vec<Mlp<backend::Infer>> = match &args.judge {
+        Some(dir) => load_judges(dir, &device)
             .with_context(|| format!("loading the judge from {}", dir.display()))?,
         None => {
-            let j = train_judge::<backend::Train>(
+            let options = JudgeOptions::default();
+            let panel = train_judges::<backend::Train>(
                 &train_clips,
                 &test_clips,
-                2000,
-                Some(args.out.join("judge")),
-                args.out.join("judge-train"),
+                options,
+                args.judges,
+                &args.out.join("judge"),
+                &args.out.join("judge-train"),
                 &device,
             )?;
             println!(
-                "judge: the MNIST MLP trained on 14×14 windows of 4000 real clips in {} (saved in {})",
-                duration(j.seconds),
+                "judges: {} MNIST MLPs (seeds {}–{}) trained on 14×14 windows of {} real clips in {} (each its best epoch, saved in {})",
+                panel.len(),
+                options.seed,
+                options.seed + panel.len() as u64 - 1,
+                options.clips,
+                duration(panel.iter().map(|j| j.seconds).sum()),
                 args.out.join("judge").display()
             );
-            j.model
+            panel.into_iter().map(|j| j.model).collect()
         }
     };
-    let per_frame = judge_frames(&judge_model, &test_clips);
+    let per_frame: Vec<Vec<f64>> = judges
+        .iter()
+        .map(|j| judge_frames(j, &test_clips))
+        .collect();
     println!(
-        "judge on real test windows, frames 0–7: {}",
-        per_frame
-            .iter()
-            .map(|a| format!("{:.0}%", a * 100.0))
+        "judges on real test windows, frames 0–7 (lowest–highest judge): {}",
+        (0..per_frame[0].len())
+            .map(|f| {
+                let (lo, hi) = per_frame.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+                    (lo.min(p[f]), hi.max(p[f]))
+                });
+                let (lo, hi) = (format!("{:.0}", lo * 100.0), format!("{:.0}", hi * 100.0));
+                if lo == hi {
+                    format!("{lo}%")
+                } else {
+                    format!("{lo}–{hi}%")
+                }
+            })
             .collect::<Vec<_>>()
             .join(" ")
     );
@@ -202,14 +227,11 @@ fn main() -> Result<()> {
         .into_iter()
         .map(|c| c.pixels)
         .collect();
-    let real_verdict = judge_clips(&judge_model, &real, &pairs);
+    let real_verdict = PanelVerdict::of(&judges, &real, &pairs);
     println!(
-        "real clips of the {} pairs: mostly right {}/{}, held {}/{}, flicker {:.3}",
+        "real clips of the {} pairs: {}, flicker {:.3}",
         pairs.len(),
-        real_verdict.mostly_right,
-        pairs.len(),
-        real_verdict.held,
-        pairs.len(),
+        real_verdict.summary(),
         moving::flicker(&real.concat())
     );
 
@@ -245,7 +267,7 @@ fn main() -> Result<()> {
             );
         }
         let drawn = draw(&model, &pairs, settings, 16);
-        let v = judge_clips(&judge_model, &drawn, &pairs);
+        let v = PanelVerdict::of(&judges, &drawn, &pairs);
         let name = format!("g{}-s{}", args.guidance, args.sample_steps);
         let (sheet, gif) = (
             args.out.join(format!("clips-{name}.png")),
@@ -253,11 +275,8 @@ fn main() -> Result<()> {
         );
         write_clips(&drawn, &sheet, &gif).map_err(anyhow::Error::msg)?;
         println!(
-            "drawn: mostly right {}/{}, held {}/{}, flicker {:.3}; {} and {}",
-            v.mostly_right,
-            pairs.len(),
-            v.held,
-            pairs.len(),
+            "drawn: {}, flicker {:.3}; {} and {}",
+            v.summary(),
             moving::flicker(&drawn.concat()),
             sheet.display(),
             gif.display()
@@ -327,15 +346,16 @@ fn main() -> Result<()> {
         &opts,
         train_clips,
         &test_clips,
-        judge_model,
+        judges,
         model,
         report.clone(),
     )?;
     if let Some(last) = result.checkpoints.last() {
-        let judged = last.verdict.as_ref().map_or(String::new(), |v| {
+        let judged = last.verdicts.as_ref().map_or(String::new(), |v| {
             format!(
-                "mostly right {}/55 (real clips {}/55), held {}/55 (real {}/55), ",
-                v.mostly_right, real_verdict.mostly_right, v.held, real_verdict.held
+                "judged {} (real clips {}), ",
+                v.summary(),
+                real_verdict.summary()
             )
         });
         report.line(format!(

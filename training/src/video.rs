@@ -322,40 +322,144 @@ pub struct Judge<B: Backend> {
     pub seconds: f64,
 }
 
-/// Trains the MNIST MLP on windows cut from real clips (`clips` training clips), and measures it
-/// frame by frame on windows from test clips.
+/// How the judge is trained: on the windows of `clips` random training clips (both digits in
+/// every frame, so 16 windows a clip), for `epochs` epochs, with `hidden` hidden units, from the
+/// initial weights and shuffle of `seed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JudgeOptions {
+    pub clips: usize,
+    pub epochs: usize,
+    pub hidden: usize,
+    pub seed: u64,
+}
+
+impl Default for JudgeOptions {
+    fn default() -> Self {
+        Self {
+            clips: 6000,
+            epochs: 6,
+            hidden: 128,
+            seed: 1,
+        }
+    }
+}
+
+/// The judge's training and test windows.
+fn judge_splits(train: &Clips, test: &Clips, options: JudgeOptions) -> (Split, Split) {
+    (
+        window_split(train, options.clips, 11, None),
+        window_split(test, 200, 12, None),
+    )
+}
+
+/// The MNIST run that trains the judge.
+fn judge_mnist_options(options: JudgeOptions, save: &Path, run_dir: PathBuf) -> MnistOptions {
+    MnistOptions {
+        hidden: options.hidden,
+        optimizer: OptimizerSpec::Sgd { momentum: 0.9 },
+        lr: 0.02,
+        epochs: options.epochs,
+        batch: 32,
+        seed: options.seed,
+        save: Some(save.to_path_buf()),
+        run_dir,
+    }
+}
+
+/// Trains the MNIST MLP on windows cut from real training clips, keeps the epoch with the best
+/// test loss in `save` and returns that network, read back from `save` (so the judge a run uses
+/// is the one `--judge save` loads later), measured frame by frame on windows from test clips.
 pub fn train_judge<B: AutodiffBackend>(
     train: &Clips,
     test: &Clips,
-    clips: usize,
-    save: Option<PathBuf>,
+    options: JudgeOptions,
+    save: &Path,
     run_dir: PathBuf,
     device: &B::Device,
 ) -> Result<Judge<B::InnerBackend>, TrainError> {
     let start = std::time::Instant::now();
-    let opts = MnistOptions {
-        hidden: 128,
-        optimizer: OptimizerSpec::Sgd { momentum: 0.9 },
-        lr: 0.02,
-        epochs: 6,
-        batch: 32,
-        seed: 1,
-        save,
-        run_dir,
-    };
-    let (model, _) = crate::mnist::train::<B>(
-        &opts,
-        Arc::new(window_split(train, clips, 11, None)),
-        Arc::new(window_split(test, 200, 12, None)),
+    let (train_split, test_split) = judge_splits(train, test, options);
+    crate::mnist::train::<B>(
+        &judge_mnist_options(options, save, run_dir),
+        Arc::new(train_split),
+        Arc::new(test_split),
         Reporter::silent(),
         device,
     )?;
+    let model = Mlp::load(save, device).map_err(|e| {
+        TrainError::Hook(format!(
+            "reading back the judge saved in {}: {e}",
+            save.display()
+        ))
+    })?;
     let per_frame = judge_frames(&model, test);
     Ok(Judge {
         model,
         per_frame,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Trains a panel of `count` judges alike but for their seeds (`options.seed`, `options.seed + 1`,
+/// …), each saved in `dir/seed-N` ([`train_judge`]); [`load_judges`] reads the panel back.
+pub fn train_judges<B: AutodiffBackend>(
+    train: &Clips,
+    test: &Clips,
+    options: JudgeOptions,
+    count: usize,
+    dir: &Path,
+    run_dir: &Path,
+    device: &B::Device,
+) -> Result<Vec<Judge<B::InnerBackend>>, TrainError> {
+    (0..count as u64)
+        .map(|k| {
+            let seed = options.seed + k;
+            let name = format!("seed-{seed}");
+            train_judge::<B>(
+                train,
+                test,
+                JudgeOptions { seed, ..options },
+                &dir.join(&name),
+                run_dir.join(&name),
+                device,
+            )
+        })
+        .collect()
+}
+
+/// A saved judge (`dir` holds `config.json`) or a panel of them (`dir/seed-N/`, as
+/// [`train_judges`] writes), in seed order.
+pub fn load_judges<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<Vec<Mlp<B>>, CheckpointError> {
+    if dir.join("config.json").exists() {
+        return Ok(vec![Mlp::load(dir, device)?]);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| CheckpointError::io(dir, e))?;
+    let mut seeds = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| CheckpointError::io(dir, e))?;
+        let name = entry.file_name();
+        if let Some(seed) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("seed-"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            seeds.push((seed, entry.path()));
+        }
+    }
+    if seeds.is_empty() {
+        return Err(CheckpointError::format(
+            dir,
+            "not a judge: no config.json and no seed-N/ judges in it",
+        ));
+    }
+    seeds.sort();
+    seeds
+        .iter()
+        .map(|(_, path)| Mlp::load(path, device))
+        .collect()
 }
 
 /// Share of real test windows the judge reads right, frame by frame (400 windows a frame).
@@ -494,6 +598,67 @@ fn mode(v: &[u8]) -> u8 {
         .unwrap_or(0)
 }
 
+/// Several judges' readings of the same clips, one verdict a judge (judges trained alike but for
+/// their seed). One judge's count moves by several clips with its seed, so counts are quoted with
+/// every judge's figure beside the median.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PanelVerdict {
+    pub verdicts: Vec<ClipVerdict>,
+}
+
+impl PanelVerdict {
+    /// Every judge of `judges` reads `clips` asked for `pairs` ([`judge_clips`]).
+    pub fn of<B: Backend>(judges: &[Mlp<B>], clips: &[Vec<f32>], pairs: &[(u8, u8)]) -> Self {
+        Self {
+            verdicts: judges
+                .iter()
+                .map(|j| judge_clips(j, clips, pairs))
+                .collect(),
+        }
+    }
+    pub fn mostly_right(&self) -> Vec<usize> {
+        self.verdicts.iter().map(|v| v.mostly_right).collect()
+    }
+    pub fn held(&self) -> Vec<usize> {
+        self.verdicts.iter().map(|v| v.held).collect()
+    }
+    /// The median judge's "mostly right" (the lower of the two middle ones for an even panel).
+    pub fn median_mostly_right(&self) -> usize {
+        median(self.mostly_right())
+    }
+    pub fn median_held(&self) -> usize {
+        median(self.held())
+    }
+    pub fn clips(&self) -> usize {
+        self.verdicts.first().map_or(0, |v| v.clips)
+    }
+    /// "mostly right 22/55 (judges 23, 22, 17), held 6/55 (judges 6, 9, 4)"; one judge's counts
+    /// alone when the panel has one.
+    pub fn summary(&self) -> String {
+        let n = self.clips();
+        let each = |v: Vec<usize>| -> String {
+            if v.len() < 2 {
+                return String::new();
+            }
+            let list: Vec<String> = v.iter().map(usize::to_string).collect();
+            format!(" (judges {})", list.join(", "))
+        };
+        format!(
+            "mostly right {}/{n}{}, held {}/{n}{}",
+            self.median_mostly_right(),
+            each(self.mostly_right()),
+            self.median_held(),
+            each(self.held())
+        )
+    }
+}
+
+/// The lower median (0 for none).
+fn median(mut v: Vec<usize>) -> usize {
+    v.sort_unstable();
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
 /// Real test clips of `pairs`, one each, reproducibly: the ceiling for the judge's table.
 pub fn real_clips(test: &Clips, pairs: &[(u8, u8)]) -> Vec<Clip> {
     let mut rng = Rng::new(DRAW_SEED ^ 0x5EA1);
@@ -613,6 +778,7 @@ pub struct VideoSettings {
     pub step: usize,
     pub valid_loss: Option<f64>,
     pub label_gap: Option<f64>,
+    /// Share of the 55 pairs the median judge of the panel read as mostly right.
     pub mostly_right: Option<f64>,
 }
 
@@ -657,7 +823,9 @@ pub struct VideoCheckpoint {
     #[serde(default)]
     pub label_gap_se: f64,
     pub flicker: f64,
-    pub verdict: Option<ClipVerdict>,
+    /// The judges' verdicts on all 55 pairs, where they were drawn (runs older than the panel
+    /// wrote one judge's verdict as `verdict`, which is not read back).
+    pub verdicts: Option<PanelVerdict>,
     pub seconds: f64,
 }
 
@@ -684,7 +852,7 @@ pub fn save_pipeline<B: Backend>(
 struct VideoHook<I: Backend> {
     report: Reporter,
     opts: VideoOptions,
-    judge: Mlp<I>,
+    judges: Vec<Mlp<I>>,
     eval: Arc<FixedClips>,
     guess_clips: Vec<Clip>,
     settings: VideoSettings,
@@ -715,7 +883,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
         };
         let drawn = draw(model, &pairs, self.opts.draw, 16);
         let flicker = moving::flicker(&drawn.concat());
-        let verdict = (pairs.len() == 55).then(|| judge_clips(&self.judge, &drawn, &pairs));
+        let verdict = (pairs.len() == 55).then(|| PanelVerdict::of(&self.judges, &drawn, &pairs));
         let showcase: Vec<Vec<f32>> = SHOWCASE
             .iter()
             .map(|&(a, b)| {
@@ -753,16 +921,15 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
                 self.settings.step = info.step;
                 self.settings.valid_loss = Some(valid);
                 self.settings.label_gap = Some(gap);
-                self.settings.mostly_right = verdict.as_ref().map(|v| v.mostly_right_share());
+                self.settings.mostly_right = verdict
+                    .as_ref()
+                    .map(|v| v.median_mostly_right() as f64 / v.clips().max(1) as f64);
                 save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
                 note = "  saved".into();
             }
         }
         let judged = match &verdict {
-            Some(v) => format!(
-                "  judge: mostly right {}/55, held {}/55",
-                v.mostly_right, v.held
-            ),
+            Some(v) => format!("  judge: {}", v.summary()),
             None => String::new(),
         };
         self.report.line(format!(
@@ -783,7 +950,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
             label_gap: gap,
             label_gap_se: label_gap.standard_error,
             flicker,
-            verdict,
+            verdicts: verdict,
             seconds: info.elapsed,
         });
         out.seconds = info.elapsed;
@@ -793,12 +960,13 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
     }
 }
 
-/// Trains `model` on clips from `train`, validating on clips from `test`, judged by `judge`.
+/// Trains `model` on clips from `train`, validating on clips from `test`, judged by the panel
+/// `judges`.
 pub fn train<B: AutodiffBackend>(
     opts: &VideoOptions,
     train: Arc<Clips>,
     test: &Clips,
-    judge: Mlp<B::InnerBackend>,
+    judges: Vec<Mlp<B::InnerBackend>>,
     model: VideoDit<B>,
     report: Reporter,
 ) -> Result<(VideoReport, VideoDit<B::InnerBackend>), TrainError> {
@@ -841,7 +1009,7 @@ pub fn train<B: AutodiffBackend>(
     let hook = VideoHook {
         report: report.clone(),
         opts: opts.clone(),
-        judge,
+        judges,
         eval: eval.clone(),
         guess_clips,
         settings,
@@ -976,5 +1144,141 @@ mod tests {
             (mean - per_level).abs() <= 1e-5 * per_level,
             "{mean} vs {per_level}"
         );
+    }
+
+    #[test]
+    fn the_judge_a_run_uses_is_the_one_it_saves() {
+        use burn::backend::{Autodiff, Flex};
+        type B = Autodiff<Flex>;
+        let data = Mnist::vendored();
+        let (train, test) = (Clips::new(&data.train), Clips::new(&data.test));
+        // Few clips, many epochs: the network overfits, so its best test loss comes before the
+        // last epoch and the saved network is not the last one.
+        let options = JudgeOptions {
+            clips: 12,
+            epochs: 8,
+            hidden: 32,
+            seed: 3,
+        };
+        let dir = std::env::temp_dir().join(format!("nervus-judge-{}", std::process::id()));
+        let device = Default::default();
+        let (train_split, test_split) = judge_splits(&train, &test, options);
+        let (last, report) = crate::mnist::train::<B>(
+            &judge_mnist_options(options, &dir.join("plain"), dir.join("plain-run")),
+            Arc::new(train_split),
+            Arc::new(test_split),
+            Reporter::silent(),
+            &device,
+        )
+        .unwrap();
+        let losses: Vec<f64> = report.epochs.iter().map(|e| e.1).collect();
+        let best = (0..losses.len())
+            .min_by(|&a, &b| losses[a].total_cmp(&losses[b]))
+            .unwrap();
+        assert!(
+            best + 1 < losses.len(),
+            "the test needs a best epoch before the last: test losses {losses:?}"
+        );
+        let judge = train_judge::<B>(
+            &train,
+            &test,
+            options,
+            &dir.join("judge"),
+            dir.join("judge-run"),
+            &device,
+        )
+        .unwrap();
+        let saved = Mlp::<Flex>::load(&dir.join("judge"), &device).unwrap();
+        let bits = |m: &Mlp<Flex>| -> Vec<u32> {
+            [
+                m.fc1.weight.val().flatten::<1>(0, 1),
+                m.fc1.bias.as_ref().unwrap().val(),
+                m.fc2.weight.val().flatten::<1>(0, 1),
+                m.fc2.bias.as_ref().unwrap().val(),
+            ]
+            .into_iter()
+            .flat_map(|t| {
+                t.into_data()
+                    .iter::<f32>()
+                    .map(f32::to_bits)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+        };
+        assert_eq!(
+            bits(&judge.model),
+            bits(&saved),
+            "the run's judge is not the saved one"
+        );
+        assert_ne!(
+            bits(&judge.model),
+            bits(&last),
+            "the run's judge is the last epoch's network, not the best"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_panel_reads_back_in_seed_order_and_a_wrong_dir_is_named() {
+        use burn::backend::Flex;
+        use nervus_models::mlp::MlpConfig;
+        let device = Default::default();
+        let dir = std::env::temp_dir().join(format!("nervus-panel-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Hidden sizes tell the judges apart; seed 10 must come after seed 2 (numbers, not text).
+        for (seed, hidden) in [(10, 7), (1, 3), (2, 5)] {
+            MlpConfig::new()
+                .with_hidden(hidden)
+                .init::<Flex>(&device)
+                .save(&dir.join(format!("seed-{seed}")))
+                .unwrap();
+        }
+        std::fs::create_dir_all(dir.join("seed-x")).unwrap();
+        let panel = load_judges::<Flex>(&dir, &device).unwrap();
+        let hidden: Vec<usize> = panel.iter().map(|m| m.fc1.weight.dims()[1]).collect();
+        assert_eq!(hidden, [3, 5, 7]);
+        // One judge saved on its own is a panel of one.
+        assert_eq!(
+            load_judges::<Flex>(&dir.join("seed-2"), &device)
+                .unwrap()
+                .len(),
+            1
+        );
+        let empty = dir.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = load_judges::<Flex>(&empty, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("empty") && err.contains("not a judge"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_panel_quotes_its_median_and_every_judge() {
+        let v = |mostly_right, held| ClipVerdict {
+            mostly_right,
+            held,
+            clips: 55,
+        };
+        let panel = PanelVerdict {
+            verdicts: vec![v(23, 6), v(17, 9), v(22, 4)],
+        };
+        assert_eq!(panel.median_mostly_right(), 22);
+        assert_eq!(panel.median_held(), 6);
+        assert_eq!(
+            panel.summary(),
+            "mostly right 22/55 (judges 23, 17, 22), held 6/55 (judges 6, 9, 4)"
+        );
+        let one = PanelVerdict {
+            verdicts: vec![v(15, 1)],
+        };
+        assert_eq!(one.summary(), "mostly right 15/55, held 1/55");
+        let even = PanelVerdict {
+            verdicts: vec![v(4, 0), v(9, 0)],
+        };
+        assert_eq!(even.median_mostly_right(), 4);
     }
 }

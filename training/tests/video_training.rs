@@ -98,7 +98,7 @@ fn a_tiny_video_model_learns_and_saves_its_best() {
         &opts,
         train_clips,
         &test,
-        judge(),
+        vec![judge()],
         fresh(3),
         Reporter::silent(),
     )
@@ -110,7 +110,7 @@ fn a_tiny_video_model_learns_and_saves_its_best() {
     assert!(losses[1] < 1.5, "validation after 40 steps: {losses:?}");
     // The last checkpoint judges all 55 pairs and says how much the drawn clips move.
     let last = report.checkpoints.last().unwrap();
-    assert_eq!(last.verdict.as_ref().map(|v| v.clips), Some(55));
+    assert_eq!(last.verdicts.as_ref().map(|v| v.clips()), Some(55));
     assert!(last.flicker.is_finite());
     for f in [
         "clips-step00040.gif",
@@ -143,7 +143,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         &threaded(&whole_dir),
         train_clips.clone(),
         &test,
-        judge(),
+        vec![judge()],
         fresh(7),
         Reporter::silent(),
     )
@@ -157,7 +157,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         &first,
         train_clips.clone(),
         &test,
-        judge(),
+        vec![judge()],
         fresh(7),
         Reporter::silent(),
     )
@@ -174,7 +174,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         &second,
         train_clips.clone(),
         &test,
-        judge(),
+        vec![judge()],
         fresh(999),
         Reporter::silent(),
     )
@@ -192,7 +192,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         &options(&dir.join("single"), 4, 2, 1e-3),
         train_clips,
         &test,
-        judge(),
+        vec![judge()],
         fresh(7),
         Reporter::silent(),
     )
