@@ -172,9 +172,16 @@ fn main() -> Result<()> {
     if args.judges == 0 {
         bail!("--judges must be at least 1");
     }
-    let judges: Vec<Mlp<backend::Infer>> = match &args.judge {
+    // Each judge with its share of real test windows read right, frame by frame.
+    let (judges, per_frame): (Vec<Mlp<backend::Infer>>, Vec<Vec<f64>>) = match &args.judge {
         Some(dir) => load_judges(dir, &device)
-            .with_context(|| format!("loading the judge from {}", dir.display()))?,
+            .with_context(|| format!("loading the judge from {}", dir.display()))?
+            .into_iter()
+            .map(|j| {
+                let per_frame = judge_frames(&j, &test_clips);
+                (j, per_frame)
+            })
+            .unzip(),
         None => {
             let options = JudgeOptions::default();
             let panel = train_judges::<backend::Train>(
@@ -195,13 +202,9 @@ fn main() -> Result<()> {
                 duration(panel.iter().map(|j| j.seconds).sum()),
                 args.out.join("judge").display()
             );
-            panel.into_iter().map(|j| j.model).collect()
+            panel.into_iter().map(|j| (j.model, j.per_frame)).unzip()
         }
     };
-    let per_frame: Vec<Vec<f64>> = judges
-        .iter()
-        .map(|j| judge_frames(j, &test_clips))
-        .collect();
     println!(
         "judges on real test windows, frames 0–7 (lowest–highest judge): {}",
         (0..per_frame[0].len())

@@ -538,15 +538,6 @@ pub struct ClipVerdict {
     pub clips: usize,
 }
 
-impl ClipVerdict {
-    pub fn mostly_right_share(&self) -> f64 {
-        self.mostly_right as f64 / self.clips.max(1) as f64
-    }
-    pub fn held_share(&self) -> f64 {
-        self.held as f64 / self.clips.max(1) as f64
-    }
-}
-
 /// Reads every clip (0..1 pixels, `CLIP` each) asked for `pairs`, in frames 2–7 of the direction
 /// [`find_direction`] finds.
 pub fn judge_clips<B: Backend>(
@@ -625,6 +616,10 @@ impl PanelVerdict {
     /// The median judge's "mostly right" (the lower of the two middle ones for an even panel).
     pub fn median_mostly_right(&self) -> usize {
         median(self.mostly_right())
+    }
+    /// The median judge's "mostly right" as a share of the clips.
+    pub fn median_mostly_right_share(&self) -> f64 {
+        self.median_mostly_right() as f64 / self.clips().max(1) as f64
     }
     pub fn median_held(&self) -> usize {
         median(self.held())
@@ -923,7 +918,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
                 self.settings.label_gap = Some(gap);
                 self.settings.mostly_right = verdict
                     .as_ref()
-                    .map(|v| v.median_mostly_right() as f64 / v.clips().max(1) as f64);
+                    .map(PanelVerdict::median_mostly_right_share);
                 save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
                 note = "  saved".into();
             }
