@@ -115,6 +115,15 @@ struct Args {
     /// Judges in the panel, alike but for their seeds (1, 2, …): every count is given for each.
     #[arg(long, default_value_t = 3)]
     judges: usize,
+    /// Real training clips each judge's windows are cut from (16 windows a clip).
+    #[arg(long, default_value_t = JudgeOptions::default().clips)]
+    judge_clips: usize,
+    /// Epochs each judge trains for (the best by test loss is kept).
+    #[arg(long, default_value_t = JudgeOptions::default().epochs)]
+    judge_epochs: usize,
+    /// Hidden units of each judge's MLP.
+    #[arg(long, default_value_t = JudgeOptions::default().hidden)]
+    judge_hidden: usize,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -172,6 +181,15 @@ fn main() -> Result<()> {
     if args.judges == 0 {
         bail!("--judges must be at least 1");
     }
+    for (flag, value) in [
+        ("--judge-clips", args.judge_clips),
+        ("--judge-epochs", args.judge_epochs),
+        ("--judge-hidden", args.judge_hidden),
+    ] {
+        if value == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
     // Each judge with its share of real test windows read right, frame by frame.
     let (judges, per_frame): (Vec<Mlp<backend::Infer>>, Vec<Vec<f64>>) = match &args.judge {
         Some(dir) => load_judges(dir, &device)
@@ -183,7 +201,12 @@ fn main() -> Result<()> {
             })
             .unzip(),
         None => {
-            let options = JudgeOptions::default();
+            let options = JudgeOptions {
+                clips: args.judge_clips,
+                epochs: args.judge_epochs,
+                hidden: args.judge_hidden,
+                ..JudgeOptions::default()
+            };
             let panel = train_judges::<backend::Train>(
                 &train_clips,
                 &test_clips,
