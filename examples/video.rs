@@ -115,7 +115,8 @@ struct Args {
     /// Judges in the panel, alike but for their seeds (1, 2, …): every count is given for each.
     #[arg(long, default_value_t = 3)]
     judges: usize,
-    /// Real training clips each judge's windows are cut from (16 windows a clip).
+    /// Real training clips each trained judge's windows are cut from (16 windows a clip; the
+    /// three --judge-* flags shape judges trained here, not those --judge loads).
     #[arg(long, default_value_t = JudgeOptions::default().clips)]
     judge_clips: usize,
     /// Epochs each judge trains for (the best by test loss is kept).
