@@ -179,10 +179,8 @@ fn main() -> Result<()> {
         guidance: args.guidance,
     };
 
-    if args.judges == 0 {
-        bail!("--judges must be at least 1");
-    }
     for (flag, value) in [
+        ("--judges", args.judges),
         ("--judge-clips", args.judge_clips),
         ("--judge-epochs", args.judge_epochs),
         ("--judge-hidden", args.judge_hidden),
