@@ -69,6 +69,9 @@ struct Args {
     /// Euler steps when drawing.
     #[arg(long, default_value_t = 20)]
     sample_steps: usize,
+    /// Time shift of those steps (1: evenly spaced; above 1: more of them at high noise).
+    #[arg(long, default_value_t = 1.0)]
+    shift: f64,
     /// Share of training examples whose label is replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
@@ -147,7 +150,11 @@ fn main() -> Result<()> {
     let settings = DrawSettings {
         steps: args.sample_steps,
         guidance: args.guidance,
+        shift: args.shift,
     };
+    if !(args.shift.is_finite() && args.shift > 0.0) {
+        bail!("--shift must be a positive number, not {}", args.shift);
+    }
 
     if args.steps == 0 {
         let Some(dir) = &args.load else {
@@ -160,8 +167,13 @@ fn main() -> Result<()> {
         let noise = grid_noise(10);
         let images = draw(&model, &digits, &noise, settings);
         let verdict = judge(&judge_model, &images, &digits, 10);
+        let shift = if args.shift == 1.0 {
+            String::new()
+        } else {
+            format!("-shift{}", args.shift)
+        };
         let path = args.out.join(format!(
-            "grid-g{}-s{}.png",
+            "grid-g{}-s{}{shift}.png",
             args.guidance, args.sample_steps
         ));
         grid_png(&images, 10, 10, 28, 2, &path).map_err(anyhow::Error::msg)?;

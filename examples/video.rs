@@ -74,6 +74,9 @@ struct Args {
     /// Euler steps when drawing.
     #[arg(long, default_value_t = 20)]
     sample_steps: usize,
+    /// Time shift of those steps (1: evenly spaced; above 1: more of them at high noise).
+    #[arg(long, default_value_t = 1.0)]
+    shift: f64,
     /// Share of training clips whose labels are replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
@@ -125,6 +128,10 @@ struct Args {
     /// Hidden units of each judge's MLP.
     #[arg(long, default_value_t = JudgeOptions::default().hidden)]
     judge_hidden: usize,
+    /// With --steps 0: draw from noise set N instead of the fixed set 0 every run judges with
+    /// (sets are independent: several of them say how much a count owes to one draw).
+    #[arg(long)]
+    noise_set: Option<u64>,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -154,6 +161,9 @@ fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.noise_set.is_some() && args.steps != 0 {
+        bail!("--noise-set chooses the drawing noise of --steps 0: runs judge with set 0");
+    }
     if !args.average.is_empty() && args.steps != 0 {
         bail!("--average draws with averaged weights: use it with --steps 0 and --load DIR");
     }
@@ -177,7 +187,11 @@ fn main() -> Result<()> {
     let settings = DrawSettings {
         steps: args.sample_steps,
         guidance: args.guidance,
+        shift: args.shift,
     };
+    if !(args.shift.is_finite() && args.shift > 0.0) {
+        bail!("--shift must be a positive number, not {}", args.shift);
+    }
 
     for (flag, value) in [
         ("--judges", args.judges),
@@ -291,9 +305,16 @@ fn main() -> Result<()> {
                 saved.display()
             );
         }
-        let drawn = draw(&model, &pairs, settings, 16);
+        let set = args.noise_set.unwrap_or(0);
+        let drawn = draw(&model, &pairs, settings, set, 16);
         let v = PanelVerdict::of(&judges, &drawn, &pairs);
-        let name = format!("g{}-s{}", args.guidance, args.sample_steps);
+        let mut name = format!("g{}-s{}", args.guidance, args.sample_steps);
+        if args.shift != 1.0 {
+            name += &format!("-shift{}", args.shift);
+        }
+        if set != 0 {
+            name += &format!("-noise{set}");
+        }
         let (sheet, gif) = (
             args.out.join(format!("clips-{name}.png")),
             args.out.join(format!("clips-{name}.gif")),

@@ -219,6 +219,14 @@ pub struct DrawSettings {
     pub steps: usize,
     /// Classifier-free guidance scale.
     pub guidance: f64,
+    /// Time shift of the Euler steps ([`nervus_inference::flow::shifted`]; 1: evenly spaced, what
+    /// every run saved before the option drew with).
+    #[serde(default = "no_shift")]
+    pub shift: f64,
+}
+
+fn no_shift() -> f64 {
+    1.0
 }
 
 /// The fixed noise images of the grid's columns.
@@ -249,10 +257,17 @@ pub fn draw<B: Backend>(
         .collect();
     let x1 = Tensor::<B, 4>::from_data(TensorData::new(x1, [n, 1, SIDE, SIDE]), &device);
     let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 1]), &device);
-    let out: Vec<f32> = sample(model, x1, labels, settings.steps, settings.guidance)
-        .into_data()
-        .iter::<f32>()
-        .collect();
+    let out: Vec<f32> = sample(
+        model,
+        x1,
+        labels,
+        settings.steps,
+        settings.guidance,
+        settings.shift,
+    )
+    .into_data()
+    .iter::<f32>()
+    .collect();
     out.chunks(PIXELS)
         .map(|c| c.iter().map(|&v| to_unit(v)).collect())
         .collect()

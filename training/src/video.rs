@@ -663,36 +663,50 @@ pub fn real_clips(test: &Clips, pairs: &[(u8, u8)]) -> Vec<Clip> {
         .collect()
 }
 
-/// The fixed noise clip `k` is drawn from.
-pub fn draw_noise(k: usize) -> Vec<f32> {
-    let mut rng = Rng::stream(DRAW_SEED, k as u64);
+/// The noise clip `k` of noise set `set` is drawn from. Set 0 is the fixed set every run judges
+/// with; sets 1, 2, … are independent others, for measuring how much a count owes to one draw.
+pub fn draw_noise(set: u64, k: usize) -> Vec<f32> {
+    let mut rng = Rng::stream(
+        DRAW_SEED ^ set.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        k as u64,
+    );
     (0..CLIP).map(|_| rng.normal() as f32).collect()
 }
 
-/// Draws one clip for each pair, clip `k` from [`draw_noise`]`(k)`, in chunks of `chunk` clips;
-/// pixels in 0..1.
+/// Draws one clip for each pair, clip `k` from [`draw_noise`]`(set, k)`, in chunks of `chunk`
+/// clips; pixels in 0..1.
 pub fn draw<B: Backend>(
     model: &VideoDit<B>,
     pairs: &[(u8, u8)],
     settings: DrawSettings,
+    set: u64,
     chunk: usize,
 ) -> Vec<Vec<f32>> {
     let device = model.proj_out_2.weight.device();
     let mut out = Vec::with_capacity(pairs.len());
     for (c, part) in pairs.chunks(chunk.max(1)).enumerate() {
         let n = part.len();
-        let x1: Vec<f32> = (0..n).flat_map(|k| draw_noise(c * chunk + k)).collect();
+        let x1: Vec<f32> = (0..n)
+            .flat_map(|k| draw_noise(set, c * chunk + k))
+            .collect();
         let labels: Vec<i64> = part
             .iter()
             .flat_map(|&(a, b)| [a as i64, b as i64])
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px: Vec<f32> = sample(model, x1, labels, settings.steps, settings.guidance)
-            .into_data()
-            .iter::<f32>()
-            .map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0))
-            .collect();
+        let px: Vec<f32> = sample(
+            model,
+            x1,
+            labels,
+            settings.steps,
+            settings.guidance,
+            settings.shift,
+        )
+        .into_data()
+        .iter::<f32>()
+        .map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0))
+        .collect();
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
@@ -876,7 +890,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
         } else {
             SHOWCASE.to_vec()
         };
-        let drawn = draw(model, &pairs, self.opts.draw, 16);
+        let drawn = draw(model, &pairs, self.opts.draw, 0, 16);
         let flicker = moving::flicker(&drawn.concat());
         let verdict = (pairs.len() == 55).then(|| PanelVerdict::of(&self.judges, &drawn, &pairs));
         let showcase: Vec<Vec<f32>> = SHOWCASE
@@ -1053,6 +1067,22 @@ pub fn train<B: AutodiffBackend>(
 mod tests {
     use super::*;
     use nervus_datasets::mnist::Mnist;
+
+    /// Noise set 0 is the stream every run has judged with (so earlier counts are drawn again
+    /// unchanged), and other sets are different noise, each the same every time.
+    #[test]
+    fn noise_set_zero_is_the_fixed_noise_and_other_sets_differ() {
+        let old: Vec<f32> = {
+            let mut rng = Rng::stream(DRAW_SEED, 3);
+            (0..CLIP).map(|_| rng.normal() as f32).collect()
+        };
+        assert_eq!(draw_noise(0, 3), old);
+        assert_eq!(draw_noise(2, 3), draw_noise(2, 3));
+        for set in 1..4 {
+            assert_ne!(draw_noise(set, 3), old, "set {set}");
+            assert_ne!(draw_noise(set, 3), draw_noise(set + 1, 3), "set {set}");
+        }
+    }
 
     #[test]
     fn the_direction_finder_finds_a_real_clips_direction() {

@@ -62,6 +62,7 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
         draw: DrawSettings {
             steps: 1,
             guidance: 2.0,
+            shift: 1.0,
         },
         judge_every: false,
         save: Some(dir.join("model")),
