@@ -25,7 +25,7 @@ use nervus_inference::render::grid_png;
 use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::diffusers;
 use nervus_models::dit::Dit;
-use nervus_models::flow::FlowBatch;
+use nervus_models::flow::{FlowBatch, Velocity};
 use nervus_models::mlp::Mlp;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -229,6 +229,23 @@ fn no_shift() -> f64 {
     1.0
 }
 
+impl DrawSettings {
+    /// Draws from noise `x1` for `labels [B, L]` with these settings, as pixels in 0..1.
+    /// Shapes: `x1 [B, ..]` → `B·(the rest)` values.
+    pub fn draw_pixels<B: Backend, const D: usize, M: Velocity<B, D>>(
+        &self,
+        model: &M,
+        x1: Tensor<B, D>,
+        labels: Tensor<B, 2, Int>,
+    ) -> Vec<f32> {
+        sample(model, x1, labels, self.steps, self.guidance, self.shift)
+            .into_data()
+            .iter::<f32>()
+            .map(to_unit)
+            .collect()
+    }
+}
+
 /// The fixed noise images of the grid's columns.
 pub fn grid_noise(columns: usize) -> Vec<Vec<f32>> {
     let mut rng = Rng::new(GRID_SEED);
@@ -257,20 +274,8 @@ pub fn draw<B: Backend>(
         .collect();
     let x1 = Tensor::<B, 4>::from_data(TensorData::new(x1, [n, 1, SIDE, SIDE]), &device);
     let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 1]), &device);
-    let out: Vec<f32> = sample(
-        model,
-        x1,
-        labels,
-        settings.steps,
-        settings.guidance,
-        settings.shift,
-    )
-    .into_data()
-    .iter::<f32>()
-    .collect();
-    out.chunks(PIXELS)
-        .map(|c| c.iter().map(|&v| to_unit(v)).collect())
-        .collect()
+    let out = settings.draw_pixels(model, x1, labels);
+    out.chunks(PIXELS).map(<[f32]>::to_vec).collect()
 }
 
 /// What the judge read in a grid.

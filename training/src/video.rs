@@ -27,7 +27,6 @@ use burn::train::metric::{LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{SIDE, Split};
 use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES, WINDOW};
 use nervus_datasets::rng::Rng;
-use nervus_inference::flow::sample;
 use nervus_inference::render::{clips_gif, grid_png};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
 use nervus_models::flow::{FlowBatch, noised};
@@ -695,18 +694,7 @@ pub fn draw<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px: Vec<f32> = sample(
-            model,
-            x1,
-            labels,
-            settings.steps,
-            settings.guidance,
-            settings.shift,
-        )
-        .into_data()
-        .iter::<f32>()
-        .map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0))
-        .collect();
+        let px = settings.draw_pixels(model, x1, labels);
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
