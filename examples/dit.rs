@@ -72,6 +72,10 @@ struct Args {
     /// Time shift of those steps (1: evenly spaced; above 1: more of them at high noise).
     #[arg(long, default_value_t = 1.0)]
     shift: f64,
+    /// Guide only the steps at noise levels up to this (1: every step; lower leaves the noisiest
+    /// steps, where the layout is decided, to the conditional model alone).
+    #[arg(long, default_value_t = 1.0)]
+    guidance_below: f64,
     /// Share of training examples whose label is replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
@@ -151,9 +155,16 @@ fn main() -> Result<()> {
         steps: args.sample_steps,
         guidance: args.guidance,
         shift: args.shift,
+        guidance_below: args.guidance_below,
     };
     if !(args.shift.is_finite() && args.shift > 0.0) {
         bail!("--shift must be a positive number, not {}", args.shift);
+    }
+    if !(args.guidance_below > 0.0 && args.guidance_below <= 1.0) {
+        bail!(
+            "--guidance-below is a noise level in (0, 1], not {}",
+            args.guidance_below
+        );
     }
 
     if args.steps == 0 {
@@ -167,11 +178,14 @@ fn main() -> Result<()> {
         let noise = grid_noise(10);
         let images = draw(&model, &digits, &noise, settings);
         let verdict = judge(&judge_model, &images, &digits, 10);
-        let shift = if args.shift == 1.0 {
+        let mut shift = if args.shift == 1.0 {
             String::new()
         } else {
             format!("-shift{}", args.shift)
         };
+        if args.guidance_below < 1.0 {
+            shift += &format!("-below{}", args.guidance_below);
+        }
         let path = args.out.join(format!(
             "grid-g{}-s{}{shift}.png",
             args.guidance, args.sample_steps

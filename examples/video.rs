@@ -23,8 +23,8 @@ use nervus_training::checkpoint::{average_checkpoints, replace_dir};
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
-    JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, judge_frames, load_judges,
-    real_clips, train, train_judges, write_clips,
+    ClipGuidance, JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, judge_frames,
+    load_judges, real_clips, train, train_judges, write_clips,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,6 +77,10 @@ struct Args {
     /// Time shift of those steps (1: evenly spaced; above 1: more of them at high noise).
     #[arg(long, default_value_t = 1.0)]
     shift: f64,
+    /// Guide only the steps at noise levels up to this (1: every step; lower leaves the noisiest
+    /// steps, where the layout is decided, to the conditional model alone).
+    #[arg(long, default_value_t = 1.0)]
+    guidance_below: f64,
     /// Share of training clips whose labels are replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
@@ -132,6 +136,17 @@ struct Args {
     /// (sets are independent: several of them say how much a count owes to one draw).
     #[arg(long)]
     noise_set: Option<u64>,
+    /// With --steps 0: autoguide by this weaker saved pipeline (an earlier model of the same
+    /// run, say), pushing the drawing away from its answer with --autoguidance.
+    #[arg(long)]
+    autoguide: Option<PathBuf>,
+    /// Autoguidance weight (1 = none): `v_c + (g − 1)(v_c − v_u) + (a − 1)(v_c − v_weak)`.
+    #[arg(long, default_value_t = 2.0)]
+    autoguidance: f64,
+    /// With --steps 0: push the drawing of a pair a, b away from what the model draws for a, a
+    /// and for b, b, with this weight (1 = not at all).
+    #[arg(long, default_value_t = 1.0)]
+    doubles: f64,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -164,6 +179,20 @@ fn main() -> Result<()> {
     if args.noise_set.is_some() && args.steps != 0 {
         bail!("--noise-set chooses the drawing noise of --steps 0: runs judge with set 0");
     }
+    if args.autoguide.is_some() && args.steps != 0 {
+        bail!("--autoguide draws with a weaker model's help: use it with --steps 0 and --load DIR");
+    }
+    if args.doubles != 1.0 && args.steps != 0 {
+        bail!("--doubles guides a drawing: use it with --steps 0 and --load DIR");
+    }
+    for (flag, value) in [
+        ("--autoguidance", args.autoguidance),
+        ("--doubles", args.doubles),
+    ] {
+        if !(value.is_finite() && value >= 1.0) {
+            bail!("{flag} must be a number of at least 1, not {value}");
+        }
+    }
     if !args.average.is_empty() && args.steps != 0 {
         bail!("--average draws with averaged weights: use it with --steps 0 and --load DIR");
     }
@@ -188,9 +217,16 @@ fn main() -> Result<()> {
         steps: args.sample_steps,
         guidance: args.guidance,
         shift: args.shift,
+        guidance_below: args.guidance_below,
     };
     if !(args.shift.is_finite() && args.shift > 0.0) {
         bail!("--shift must be a positive number, not {}", args.shift);
+    }
+    if !(args.guidance_below > 0.0 && args.guidance_below <= 1.0) {
+        bail!(
+            "--guidance-below is a noise level in (0, 1], not {}",
+            args.guidance_below
+        );
     }
 
     for (flag, value) in [
@@ -305,10 +341,30 @@ fn main() -> Result<()> {
                 saved.display()
             );
         }
+        let weak = match &args.autoguide {
+            Some(dir) => Some(
+                video_pipeline::load_pipeline::<backend::Infer>(dir, &device)
+                    .with_context(|| format!("loading the autoguide {}", dir.display()))?,
+            ),
+            None => None,
+        };
+        let more = ClipGuidance {
+            doubles: args.doubles,
+            weaker: weak.as_ref().map(|m| (m, args.autoguidance)),
+        };
         let set = args.noise_set.unwrap_or(0);
-        let drawn = draw(&model, &pairs, settings, set, 16);
+        let drawn = draw(&model, &pairs, settings, &more, set, 16);
         let v = PanelVerdict::of(&judges, &drawn, &pairs);
         let mut name = format!("g{}-s{}", args.guidance, args.sample_steps);
+        if weak.is_some() {
+            name += &format!("-ag{}", args.autoguidance);
+        }
+        if args.doubles != 1.0 {
+            name += &format!("-doubles{}", args.doubles);
+        }
+        if args.guidance_below < 1.0 {
+            name += &format!("-below{}", args.guidance_below);
+        }
         if args.shift != 1.0 {
             name += &format!("-shift{}", args.shift);
         }
@@ -327,6 +383,12 @@ fn main() -> Result<()> {
             sheet.display(),
             gif.display()
         );
+        if let Some(median) = v.median_judge() {
+            println!(
+                "not mostly right, by the median judge: {}",
+                median.failures()
+            );
+        }
         return Ok(());
     }
 

@@ -5,6 +5,12 @@
 //! `t' = s·t / (1 + (s − 1)·t)` (diffusers' `FlowMatchEulerDiscreteScheduler` `shift`), so `s > 1`
 //! takes more, shorter steps at high noise, where a drawing's layout is decided, and fewer near the
 //! end; `s = 1` is the even spacing.
+//!
+//! Guidance in general ([`sample_guided`]) pushes the conditional velocity `v_c` away from worse
+//! answers: `v = v_c + Σ (w_k − 1)·(v_c − v_k)`. Classifier-free guidance is the case where the
+//! worse answer is the same model's without labels; a negative prompt asks it for other labels;
+//! autoguidance (Karras et al., "Guiding a diffusion model with a bad version of itself", 2024)
+//! asks a weaker model (an earlier checkpoint of the same run, say) the same question.
 
 use burn::prelude::*;
 use nervus_models::flow::Velocity;
@@ -31,13 +37,23 @@ pub fn euler_shifted<B: Backend, const D: usize>(
     shift: f64,
     mut velocity: impl FnMut(Tensor<B, D>, Tensor<B, 1>) -> Tensor<B, D>,
 ) -> Tensor<B, D> {
+    walk(x1, steps, shift, |x, _, t| velocity(x, t))
+}
+
+/// [`euler_shifted`], telling the velocity the step's noise level as a number as well.
+fn walk<B: Backend, const D: usize>(
+    x1: Tensor<B, D>,
+    steps: usize,
+    shift: f64,
+    mut velocity: impl FnMut(Tensor<B, D>, f64, Tensor<B, 1>) -> Tensor<B, D>,
+) -> Tensor<B, D> {
     let b = x1.dims()[0];
     let device = x1.device();
     let mut x = x1;
     for i in 0..steps {
         let t = shifted(1.0 - i as f64 / steps as f64, shift);
         let t_next = shifted(1.0 - (i + 1) as f64 / steps as f64, shift);
-        let v = velocity(x.clone(), Tensor::full([b], t, &device));
+        let v = velocity(x.clone(), t, Tensor::full([b], t, &device));
         x = x + v * (t_next - t);
     }
     x
@@ -69,6 +85,88 @@ pub fn sample<B: Backend, const D: usize, M: Velocity<B, D>>(
             halves.next().expect("unconditional"),
         );
         vu.clone() + (vc - vu) * guidance
+    })
+}
+
+/// One correction of a guided step: a worse answer to push away from, and its weight `w`. The
+/// step gains `(w − 1)·(v_c − v_worse)`, so `w = 1` adds nothing.
+#[derive(Clone, Debug)]
+pub enum Guide<'a, B: Backend, G> {
+    /// The same model without labels: classifier-free guidance.
+    Unlabelled { weight: f64 },
+    /// The same model asked for other labels `[B, L]`: a negative prompt.
+    Labels {
+        labels: Tensor<B, 2, Int>,
+        weight: f64,
+    },
+    /// A weaker model asked the same question: autoguidance.
+    Weaker { model: &'a G, weight: f64 },
+}
+
+/// Euler from noise `x1` for `labels [B, L]` with any number of corrections:
+/// `v = v_c + Σ (w_k − 1)·(v_c − v_k)`, at the steps whose noise level is at most `below` (the
+/// others take the conditional velocity alone: `below = 1` guides every step, lower values leave
+/// the noisiest steps, where a drawing's layout is decided, unguided, as in Kynkäänniemi et al.,
+/// "Applying guidance in a limited interval", 2024). Every question put to `model` itself (the
+/// labels, no labels, other labels) goes in one batched call a step; each weaker model gets one
+/// call more. With only `Unlabelled { weight: g }` and `below = 1` this is [`sample`] at guidance
+/// `g` (to rounding: `sample` keeps its own arithmetic so that old drawings are drawn again to the
+/// bit). Shapes: `x1 [B, ..]` → `[B, ..]`.
+pub fn sample_guided<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<B, D>>(
+    model: &M,
+    x1: Tensor<B, D>,
+    labels: Tensor<B, 2, Int>,
+    guides: &[Guide<'_, B, G>],
+    steps: usize,
+    shift: f64,
+    below: f64,
+) -> Tensor<B, D> {
+    let [b, l] = labels.dims();
+    // The questions for `model`: its labels first, then one set per guide that asks it.
+    let mut asked = vec![labels.clone()];
+    for guide in guides {
+        match guide {
+            Guide::Unlabelled { .. } => {
+                asked.push(Tensor::full([b, l], model.null_label(), &labels.device()))
+            }
+            Guide::Labels { labels: other, .. } => {
+                assert_eq!(other.dims(), [b, l], "guide labels: one set per sample");
+                asked.push(other.clone());
+            }
+            Guide::Weaker { .. } => {}
+        }
+    }
+    let n = asked.len();
+    let asked = Tensor::cat(asked, 0);
+    walk(x1, steps, shift, |x, level, t| {
+        // The tolerance keeps a step that starts at `below` itself (0.7 as 1 − 6/20, say) guided
+        // whatever the rounding of the subtraction.
+        if level > below + 1e-9 {
+            return model.velocity(x, t, labels.clone());
+        }
+        let v = model.velocity(
+            Tensor::cat(vec![x.clone(); n], 0),
+            Tensor::cat(vec![t.clone(); n], 0),
+            asked.clone(),
+        );
+        let mut answers = v.chunk(n, 0).into_iter();
+        let vc = answers.next().expect("the conditional answer");
+        let mut out = vc.clone();
+        for guide in guides {
+            let (worse, weight) = match guide {
+                Guide::Unlabelled { weight } | Guide::Labels { weight, .. } => {
+                    (answers.next().expect("one answer a guide"), *weight)
+                }
+                Guide::Weaker {
+                    model: weak,
+                    weight,
+                } => (weak.velocity(x.clone(), t.clone(), labels.clone()), *weight),
+            };
+            if weight != 1.0 {
+                out = out + (vc.clone() - worse) * (weight - 1.0);
+            }
+        }
+        out
     })
 }
 
@@ -156,35 +254,41 @@ mod tests {
         );
     }
 
-    struct Toy;
-    impl Velocity<TB, 2> for Toy {
+    /// A toy velocity field `a·x + b·label + c·t`: it depends on the label, so guidance has
+    /// something to act on. Null label 10.
+    struct Linear(f64, f64, f64);
+    impl Velocity<TB, 2> for Linear {
         fn velocity(
             &self,
             x: Tensor<TB, 2>,
             t: Tensor<TB, 1>,
             labels: Tensor<TB, 2, Int>,
         ) -> Tensor<TB, 2> {
-            // Depends on the label, so guidance has something to act on.
-            x * 0.3 + labels.float() * 0.1 + t.unsqueeze_dim::<2>(1) * 0.2
+            x * self.0 + labels.float() * self.1 + t.unsqueeze_dim::<2>(1) * self.2
         }
         fn null_label(&self) -> i64 {
             10
         }
     }
 
+    /// The model being drawn with.
+    const TOY: Linear = Linear(0.3, 0.1, 0.2);
+    /// A weaker one, unlike it in every term, for autoguidance.
+    const WEAK: Linear = Linear(-0.5, 0.25, -0.4);
+
     #[test]
     fn guidance_one_is_the_conditional_sampler() {
         let dev = Default::default();
         let x1 = Tensor::<TB, 2>::from_data([[0.2, -0.4], [1.0, 0.5]], &dev);
         let labels = Tensor::<TB, 2, Int>::from_data([[3i64], [7]], &dev);
-        let guided = vals(sample(&Toy, x1.clone(), labels.clone(), 10, 1.0, 1.0));
-        let conditional = vals(euler(x1, 10, |x, t| Toy.velocity(x, t, labels.clone())));
+        let guided = vals(sample(&TOY, x1.clone(), labels.clone(), 10, 1.0, 1.0));
+        let conditional = vals(euler(x1, 10, |x, t| TOY.velocity(x, t, labels.clone())));
         for (g, c) in guided.iter().zip(&conditional) {
             // v_u + 1·(v_c − v_u) differs from v_c by rounding only.
             assert!((g - c).abs() < 1e-12, "{guided:?} vs {conditional:?}");
         }
         let unguided = vals(sample(
-            &Toy,
+            &TOY,
             Tensor::<TB, 2>::from_data([[0.2, -0.4], [1.0, 0.5]], &dev),
             labels,
             10,
@@ -197,6 +301,145 @@ mod tests {
                 .zip(&guided)
                 .any(|(u, g)| (u - g).abs() > 1e-3),
             "guidance 0 ignores the label"
+        );
+    }
+
+    fn close(got: &[f64], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            // Written so that NaN fails.
+            assert!((g - w).abs() <= tol, "{got:?} vs {want:?}");
+        }
+    }
+
+    fn start() -> (Tensor<TB, 2>, Tensor<TB, 2, Int>) {
+        let dev = Default::default();
+        (
+            Tensor::<TB, 2>::from_data([[0.2, -0.4], [1.0, 0.5]], &dev),
+            Tensor::<TB, 2, Int>::from_data([[3i64], [7]], &dev),
+        )
+    }
+
+    /// `TOY` drawn from `start()` with these guides.
+    fn toy_drawn(
+        guides: &[Guide<'_, TB, Linear>],
+        steps: usize,
+        shift: f64,
+        below: f64,
+    ) -> Vec<f64> {
+        let (x1, labels) = start();
+        vals(sample_guided(&TOY, x1, labels, guides, steps, shift, below))
+    }
+
+    #[test]
+    fn unlabelled_guidance_alone_is_the_plain_sampler() {
+        let (x1, labels) = start();
+        for g in [0.0, 1.0, 2.5, 5.0] {
+            let guides: [Guide<'_, TB, Linear>; 1] = [Guide::Unlabelled { weight: g }];
+            let got = toy_drawn(&guides, 10, 2.0, 1.0);
+            let want = vals(sample(&TOY, x1.clone(), labels.clone(), 10, g, 2.0));
+            close(&got, &want, 1e-12);
+        }
+    }
+
+    /// Autoguidance with weight `a` walks the field `v_c + (a − 1)(v_c − v_weak)`, and weight 1 is
+    /// the conditional model alone.
+    #[test]
+    fn a_weaker_model_pushes_by_its_weight() {
+        let (x1, labels) = start();
+        for a in [1.0, 2.0, 3.5] {
+            let guides = [Guide::Weaker {
+                model: &WEAK,
+                weight: a,
+            }];
+            let got = toy_drawn(&guides, 8, 1.0, 1.0);
+            let want = vals(euler(x1.clone(), 8, |x, t| {
+                let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
+                let vw = WEAK.velocity(x, t, labels.clone());
+                vc.clone() + (vc - vw) * (a - 1.0)
+            }));
+            close(&got, &want, 1e-12);
+        }
+        // The push is not nothing: weight 2 lands elsewhere than weight 1.
+        let at = |a| {
+            let guides = [Guide::Weaker {
+                model: &WEAK,
+                weight: a,
+            }];
+            toy_drawn(&guides, 8, 1.0, 1.0)
+        };
+        assert!(
+            at(1.0)
+                .iter()
+                .zip(at(2.0))
+                .all(|(p, q)| (p - q).abs() > 1e-3)
+        );
+    }
+
+    /// Other labels are asked of the same model in the same batch, and every guide adds its own
+    /// push: classifier-free guidance and a negative prompt together walk
+    /// `v_c + (g − 1)(v_c − v_u) + (d − 1)(v_c − v_other)`.
+    #[test]
+    fn guides_add_up_and_other_labels_push_away_from_their_answer() {
+        let (x1, labels) = start();
+        let dev = Default::default();
+        let other = Tensor::<TB, 2, Int>::from_data([[5i64], [2]], &dev);
+        let (g, d) = (3.0, 2.5);
+        let guides: [Guide<'_, TB, Linear>; 2] = [
+            Guide::Unlabelled { weight: g },
+            Guide::Labels {
+                labels: other.clone(),
+                weight: d,
+            },
+        ];
+        let got = toy_drawn(&guides, 6, 1.0, 1.0);
+        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let want = vals(euler(x1.clone(), 6, |x, t| {
+            let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
+            let vu = TOY.velocity(x.clone(), t.clone(), null.clone());
+            let vo = TOY.velocity(x, t, other.clone());
+            vc.clone() + (vc.clone() - vu) * (g - 1.0) + (vc - vo) * (d - 1.0)
+        }));
+        close(&got, &want, 1e-12);
+        // Asking for the very labels being drawn pushes nowhere, whatever the weight.
+        let same: [Guide<'_, TB, Linear>; 1] = [Guide::Labels {
+            labels: labels.clone(),
+            weight: 4.0,
+        }];
+        let got = toy_drawn(&same, 6, 1.0, 1.0);
+        let want = vals(euler(x1, 6, |x, t| TOY.velocity(x, t, labels.clone())));
+        close(&got, &want, 1e-12);
+    }
+
+    /// Guidance only at noise levels up to `below`: the noisier steps walk the conditional field
+    /// alone, the rest the guided one; `below = 1` guides them all.
+    #[test]
+    fn guidance_below_a_level_leaves_the_noisier_steps_unguided() {
+        let (x1, labels) = start();
+        let dev = Default::default();
+        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let g = 4.0;
+        let guides: [Guide<'_, TB, Linear>; 1] = [Guide::Unlabelled { weight: g }];
+        for below in [0.55, 1.0] {
+            let got = toy_drawn(&guides, 10, 1.0, below);
+            let want = vals(euler(x1.clone(), 10, |x, t| {
+                let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
+                if vals(t.clone())[0] > below {
+                    vc
+                } else {
+                    let vu = TOY.velocity(x, t, null.clone());
+                    vc.clone() + (vc - vu) * (g - 1.0)
+                }
+            }));
+            close(&got, &want, 1e-12);
+        }
+        // Steps at 1.0, 0.9, … 0.6 are unguided at 0.55; that is not the fully guided walk.
+        let at = |below| toy_drawn(&guides, 10, 1.0, below);
+        assert!(
+            at(0.55)
+                .iter()
+                .zip(at(1.0))
+                .all(|(p, q)| (p - q).abs() > 1e-3)
         );
     }
 }

@@ -27,6 +27,7 @@ use burn::train::metric::{LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{SIDE, Split};
 use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES, WINDOW};
 use nervus_datasets::rng::Rng;
+use nervus_inference::flow::Guide;
 use nervus_inference::render::{clips_gif, grid_png};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
 use nervus_models::flow::{FlowBatch, noised};
@@ -535,6 +536,42 @@ pub struct ClipVerdict {
     /// Clips where each place reads as one digit in every judged frame.
     pub held: usize,
     pub clips: usize,
+    /// Clips of two different digits that are not mostly right because both places read as the
+    /// same one of the two (a 3 and a 7 drawn as two 3s); 0 in verdicts older than the count.
+    #[serde(default)]
+    pub doubled: usize,
+    /// Clips not mostly right, nor doubled, with one place reading as a digit asked for.
+    #[serde(default)]
+    pub one_right: usize,
+}
+
+impl ClipVerdict {
+    /// Counts one clip asked for `(a, b)`, whose two places read `p0` and `p1` frame by frame.
+    fn count(&mut self, (a, b): (u8, u8), p0: &[u8], p1: &[u8]) {
+        let mut modes = [mode(p0), mode(p1)];
+        modes.sort();
+        let mut asked = [a, b];
+        asked.sort();
+        if modes == asked {
+            self.mostly_right += 1;
+        } else if a != b && modes[0] == modes[1] && asked.contains(&modes[0]) {
+            self.doubled += 1;
+        } else if modes.iter().any(|m| asked.contains(m)) {
+            self.one_right += 1;
+        }
+        if p0.iter().all(|&d| d == p0[0]) && p1.iter().all(|&d| d == p1[0]) {
+            self.held += 1;
+        }
+    }
+
+    /// Clips that are not mostly right, by what went wrong: "doubled 20, one right 12, neither 5".
+    pub fn failures(&self) -> String {
+        let neither = self.clips - self.mostly_right - self.doubled - self.one_right;
+        format!(
+            "doubled {}, one right {}, neither {neither}",
+            self.doubled, self.one_right
+        )
+    }
 }
 
 /// Reads every clip (0..1 pixels, `CLIP` each) asked for `pairs`, in frames 2–7 of the direction
@@ -558,21 +595,11 @@ pub fn judge_clips<B: Backend>(
         clips: clips.len(),
         ..Default::default()
     };
-    for (k, &(a, b)) in pairs.iter().enumerate() {
+    for (k, &pair) in pairs.iter().enumerate() {
         let r = &read[k * per_clip..(k + 1) * per_clip];
         let place =
             |which: usize| -> Vec<u8> { r.iter().skip(which).step_by(2).copied().collect() };
-        let (p0, p1) = (place(0), place(1));
-        let mut modes = [mode(&p0), mode(&p1)];
-        modes.sort();
-        let mut asked = [a, b];
-        asked.sort();
-        if modes == asked {
-            v.mostly_right += 1;
-        }
-        if p0.iter().all(|&d| d == p0[0]) && p1.iter().all(|&d| d == p1[0]) {
-            v.held += 1;
-        }
+        v.count(pair, &place(0), &place(1));
     }
     v
 }
@@ -626,6 +653,13 @@ impl PanelVerdict {
     pub fn clips(&self) -> usize {
         self.verdicts.first().map_or(0, |v| v.clips)
     }
+    /// The verdict of the judge whose "mostly right" is the median (the lower middle one for an
+    /// even panel; the first of equals).
+    pub fn median_judge(&self) -> Option<&ClipVerdict> {
+        let mut order: Vec<&ClipVerdict> = self.verdicts.iter().collect();
+        order.sort_by_key(|v| v.mostly_right);
+        order.get(order.len().saturating_sub(1) / 2).copied()
+    }
     /// "mostly right 22/55 (judges 23, 22, 17), held 6/55 (judges 6, 9, 4)"; one judge's counts
     /// alone when the panel has one.
     pub fn summary(&self) -> String {
@@ -678,6 +712,7 @@ pub fn draw<B: Backend>(
     model: &VideoDit<B>,
     pairs: &[(u8, u8)],
     settings: DrawSettings,
+    more: &ClipGuidance<'_, B>,
     set: u64,
     chunk: usize,
 ) -> Vec<Vec<f32>> {
@@ -694,10 +729,56 @@ pub fn draw<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px = settings.draw_pixels(model, x1, labels);
+        let px = settings.draw_pixels_guided(model, more.guides(part, &device), x1, labels);
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
+}
+
+/// Corrections beyond classifier-free guidance when drawing clips ([`Guide`]); the default adds
+/// none.
+pub struct ClipGuidance<'a, B: Backend> {
+    /// Weight of the push away from what the model draws when asked for each digit of the pair
+    /// twice, `(a, a)` and `(b, b)`: the failure where both places draw one of the two digits
+    /// (1: off; for a pair of equal digits the push is zero).
+    pub doubles: f64,
+    /// A weaker model and the weight of the push away from its answer (autoguidance).
+    pub weaker: Option<(&'a VideoDit<B>, f64)>,
+}
+
+impl<B: Backend> Default for ClipGuidance<'_, B> {
+    fn default() -> Self {
+        Self {
+            doubles: 1.0,
+            weaker: None,
+        }
+    }
+}
+
+impl<'a, B: Backend> ClipGuidance<'a, B> {
+    /// The guides for drawing `pairs`.
+    pub fn guides(&self, pairs: &[(u8, u8)], device: &B::Device) -> Vec<Guide<'a, B, VideoDit<B>>> {
+        let mut out = Vec::new();
+        if self.doubles != 1.0 {
+            for first in [true, false] {
+                let labels: Vec<i64> = pairs
+                    .iter()
+                    .flat_map(|&(a, b)| {
+                        let d = if first { a } else { b } as i64;
+                        [d, d]
+                    })
+                    .collect();
+                out.push(Guide::Labels {
+                    labels: Tensor::from_data(TensorData::new(labels, [pairs.len(), 2]), device),
+                    weight: self.doubles,
+                });
+            }
+        }
+        if let Some((model, weight)) = self.weaker {
+            out.push(Guide::Weaker { model, weight });
+        }
+        out
+    }
 }
 
 /// The model's one-step guess at half-noised real clips: rows of (real, noised, guess) for each
@@ -878,7 +959,14 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
         } else {
             SHOWCASE.to_vec()
         };
-        let drawn = draw(model, &pairs, self.opts.draw, 0, 16);
+        let drawn = draw(
+            model,
+            &pairs,
+            self.opts.draw,
+            &ClipGuidance::default(),
+            0,
+            16,
+        );
         let flicker = moving::flicker(&drawn.concat());
         let verdict = (pairs.len() == 55).then(|| PanelVerdict::of(&self.judges, &drawn, &pairs));
         let showcase: Vec<Vec<f32>> = SHOWCASE
@@ -1129,6 +1217,84 @@ mod tests {
         }
     }
 
+    /// The doubles guides ask for each digit of every pair twice, first digits then second, and
+    /// weight 1 (the default) and no weaker model add no guide at all.
+    #[test]
+    fn the_doubles_ask_for_each_digit_of_the_pair_twice() {
+        use burn::backend::Flex;
+        let device = Default::default();
+        assert!(
+            ClipGuidance::<Flex>::default()
+                .guides(&[(3, 7)], &device)
+                .is_empty()
+        );
+        let more = ClipGuidance::<Flex> {
+            doubles: 2.5,
+            weaker: None,
+        };
+        let guides = more.guides(&[(3, 7), (1, 1), (0, 9)], &device);
+        let asked: Vec<(Vec<i64>, f64)> = guides
+            .into_iter()
+            .map(|g| match g {
+                Guide::Labels { labels, weight } => {
+                    assert_eq!(labels.dims(), [3, 2]);
+                    (labels.into_data().iter::<i64>().collect(), weight)
+                }
+                _ => panic!("the doubles are label guides"),
+            })
+            .collect();
+        assert_eq!(
+            asked,
+            vec![(vec![3, 3, 1, 1, 0, 0], 2.5), (vec![7, 7, 1, 1, 9, 9], 2.5)]
+        );
+    }
+
+    /// Every clip lands in one of four kinds (mostly right, doubled, one right, neither), and
+    /// "held" is counted beside them.
+    #[test]
+    fn a_verdict_says_what_went_wrong() {
+        let mut v = ClipVerdict {
+            clips: 7,
+            ..Default::default()
+        };
+        // Asked for 3 and 7: right either way round (one misread does not change the mode)...
+        v.count((3, 7), &[3, 3, 3, 3, 3, 3], &[7, 7, 1, 7, 7, 7]); // not held
+        v.count((3, 7), &[7; 6], &[3; 6]);
+        // ...doubled: both places a 3, or both a 7...
+        v.count((3, 7), &[3; 6], &[3, 3, 3, 3, 7, 7]); // not held
+        v.count((7, 3), &[7; 6], &[7; 6]);
+        // ...one right: a 3 and a 5; neither: two 5s.
+        v.count((3, 7), &[3; 6], &[5; 6]);
+        v.count((3, 7), &[5; 6], &[5; 6]);
+        // Asked for two 1s and drawn as two 1s is right, not doubled.
+        v.count((1, 1), &[1; 6], &[1; 6]);
+        assert_eq!(
+            (v.mostly_right, v.doubled, v.one_right, v.held),
+            (3, 2, 1, 5)
+        );
+        assert_eq!(v.failures(), "doubled 2, one right 1, neither 1");
+        let panel = PanelVerdict {
+            verdicts: vec![
+                ClipVerdict {
+                    mostly_right: 9,
+                    doubled: 1,
+                    ..v.clone()
+                },
+                ClipVerdict {
+                    mostly_right: 2,
+                    doubled: 2,
+                    ..v.clone()
+                },
+                ClipVerdict {
+                    mostly_right: 5,
+                    doubled: 3,
+                    ..v.clone()
+                },
+            ],
+        };
+        assert_eq!(panel.median_judge().map(|j| j.doubled), Some(3));
+    }
+
     #[test]
     fn clip_losses_average_to_the_validation_loss() {
         use burn::backend::Flex;
@@ -1275,6 +1441,7 @@ mod tests {
             mostly_right,
             held,
             clips: 55,
+            ..Default::default()
         };
         let panel = PanelVerdict {
             verdicts: vec![v(23, 6), v(17, 9), v(22, 4)],
