@@ -309,6 +309,12 @@ fn main() -> Result<()> {
         real_verdict.summary(),
         moving::flicker(&real.concat())
     );
+    if let Some(median) = real_verdict.median_judge() {
+        println!(
+            "real clips not mostly right, by the median judge: {}",
+            median.failures()
+        );
+    }
 
     let showcase: Vec<Vec<f32>> = real_clips(&test_clips, &SHOWCASE)
         .into_iter()
