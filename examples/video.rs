@@ -176,14 +176,28 @@ fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if args.noise_set.is_some() && args.steps != 0 {
-        bail!("--noise-set chooses the drawing noise of --steps 0: runs judge with set 0");
-    }
-    if args.autoguide.is_some() && args.steps != 0 {
-        bail!("--autoguide draws with a weaker model's help: use it with --steps 0 and --load DIR");
-    }
-    if args.doubles != 1.0 && args.steps != 0 {
-        bail!("--doubles guides a drawing: use it with --steps 0 and --load DIR");
+    // Options that only shape a drawing of a saved model (--steps 0), each with its refusal.
+    for (given, refusal) in [
+        (
+            args.noise_set.is_some(),
+            "--noise-set chooses the drawing noise of --steps 0: runs judge with set 0",
+        ),
+        (
+            args.autoguide.is_some(),
+            "--autoguide draws with a weaker model's help: use it with --steps 0 and --load DIR",
+        ),
+        (
+            args.doubles != 1.0,
+            "--doubles guides a drawing: use it with --steps 0 and --load DIR",
+        ),
+        (
+            !args.average.is_empty(),
+            "--average draws with averaged weights: use it with --steps 0 and --load DIR",
+        ),
+    ] {
+        if given && args.steps != 0 {
+            bail!(refusal);
+        }
     }
     for (flag, value) in [
         ("--autoguidance", args.autoguidance),
@@ -192,9 +206,6 @@ fn main() -> Result<()> {
         if !(value.is_finite() && value >= 1.0) {
             bail!("{flag} must be a number of at least 1, not {value}");
         }
-    }
-    if !args.average.is_empty() && args.steps != 0 {
-        bail!("--average draws with averaged weights: use it with --steps 0 and --load DIR");
     }
     let device = backend::device();
     let data = if args.download {

@@ -221,19 +221,16 @@ pub struct DrawSettings {
     pub guidance: f64,
     /// Time shift of the Euler steps ([`nervus_inference::flow::shifted`]; 1: evenly spaced, what
     /// every run saved before the option drew with).
-    #[serde(default = "no_shift")]
+    #[serde(default = "unchanged")]
     pub shift: f64,
     /// Guide only the steps at noise levels up to this (1: every step, what every run saved
     /// before the option drew with; [`nervus_inference::flow::sample_guided`]).
-    #[serde(default = "every_level")]
+    #[serde(default = "unchanged")]
     pub guidance_below: f64,
 }
 
-fn every_level() -> f64 {
-    1.0
-}
-
-fn no_shift() -> f64 {
+/// 1, the value of a drawing option that changes nothing (how files older than it read back).
+fn unchanged() -> f64 {
     1.0
 }
 

@@ -641,7 +641,7 @@ impl PanelVerdict {
     }
     /// The median judge's "mostly right" (the lower of the two middle ones for an even panel).
     pub fn median_mostly_right(&self) -> usize {
-        median(self.mostly_right())
+        self.median_judge().map_or(0, |v| v.mostly_right)
     }
     /// The median judge's "mostly right" as a share of the clips.
     pub fn median_mostly_right_share(&self) -> f64 {
