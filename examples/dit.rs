@@ -157,15 +157,7 @@ fn main() -> Result<()> {
         shift: args.shift,
         guidance_below: args.guidance_below,
     };
-    if !(args.shift.is_finite() && args.shift > 0.0) {
-        bail!("--shift must be a positive number, not {}", args.shift);
-    }
-    if !(args.guidance_below > 0.0 && args.guidance_below <= 1.0) {
-        bail!(
-            "--guidance-below is a noise level in (0, 1], not {}",
-            args.guidance_below
-        );
-    }
+    settings.check()?;
 
     if args.steps == 0 {
         let Some(dir) = &args.load else {

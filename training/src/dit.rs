@@ -234,7 +234,28 @@ fn unchanged() -> f64 {
     1.0
 }
 
+/// A drawing setting out of its range, named by the command-line flag that sets it.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum DrawSettingsError {
+    #[error("--shift must be a positive number, not {0}")]
+    Shift(f64),
+    #[error("--guidance-below is a noise level in (0, 1], not {0}")]
+    GuidanceBelow(f64),
+}
+
 impl DrawSettings {
+    /// Refuses a shift that is not a positive number and a guidance interval outside (0, 1]
+    /// (NaN included).
+    pub fn check(&self) -> Result<(), DrawSettingsError> {
+        if !(self.shift.is_finite() && self.shift > 0.0) {
+            return Err(DrawSettingsError::Shift(self.shift));
+        }
+        if !(self.guidance_below > 0.0 && self.guidance_below <= 1.0) {
+            return Err(DrawSettingsError::GuidanceBelow(self.guidance_below));
+        }
+        Ok(())
+    }
+
     /// Draws from noise `x1` for `labels [B, L]` with these settings, as pixels in 0..1.
     /// Shapes: `x1 [B, ..]` → `B·(the rest)` values.
     pub fn draw_pixels<B: Backend, const D: usize, M: Velocity<B, D>>(
@@ -587,6 +608,39 @@ pub fn train<B: AutodiffBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Out-of-range settings are refused by name, NaN included; the defaults pass.
+    #[test]
+    fn draw_settings_out_of_range_are_refused_by_their_flag() {
+        let ok = DrawSettings {
+            steps: 20,
+            guidance: 2.0,
+            shift: 1.0,
+            guidance_below: 1.0,
+        };
+        assert_eq!(ok.check(), Ok(()));
+        for shift in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = DrawSettings { shift, ..ok }.check().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("--shift must be a positive number"),
+                "{e}"
+            );
+        }
+        for below in [0.0, 1.5, f64::NAN] {
+            let e = DrawSettings {
+                guidance_below: below,
+                ..ok
+            }
+            .check()
+            .unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("--guidance-below is a noise level"),
+                "{e}"
+            );
+        }
+    }
 
     /// A `training.json` written before the shift and the guidance interval existed reads back
     /// with both off (1), so an old model draws as it did.
