@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod backend_check;
 pub mod bench;
 pub mod checkpoint;
 pub mod dit;
