@@ -439,23 +439,20 @@ mod tests {
         }
     }
 
-    fn clips() -> Arc<Clips> {
-        Arc::new(Clips::new(&Mnist::vendored().test))
+    type Cpu = Autodiff<NdArray<f32>>;
+
+    /// The tests' options, weights, clips, and the reference run on ndarray.
+    fn reference() -> (CheckOptions, Vec<NamedTensor>, Arc<Clips>, Trace) {
+        let opts = small();
+        let clips = Arc::new(Clips::new(&Mnist::vendored().test));
+        let w = initial_weights::<Cpu>(&opts, &Default::default());
+        let r = trace::<Cpu>(&opts, &w, clips.clone(), "ndarray", &Default::default()).unwrap();
+        (opts, w, clips, r)
     }
 
     #[test]
     fn flex_trains_like_ndarray() {
-        let opts = small();
-        let clips = clips();
-        let w = initial_weights::<Autodiff<NdArray<f32>>>(&opts, &Default::default());
-        let r = trace::<Autodiff<NdArray<f32>>>(
-            &opts,
-            &w,
-            clips.clone(),
-            "ndarray",
-            &Default::default(),
-        )
-        .unwrap();
+        let (opts, w, clips, r) = reference();
         let t = trace::<Autodiff<Flex>>(&opts, &w, clips, "flex", &Default::default()).unwrap();
         let report = compare(&r, &t, Tolerances::CPU);
         println!("{}", report.summary(&r, &t));
@@ -466,29 +463,12 @@ mod tests {
 
     #[test]
     fn a_run_with_another_learning_rate_fails() {
-        let opts = small();
-        let clips = clips();
-        let w = initial_weights::<Autodiff<NdArray<f32>>>(&opts, &Default::default());
-        let r = trace::<Autodiff<NdArray<f32>>>(
-            &opts,
-            &w,
-            clips.clone(),
-            "ndarray",
-            &Default::default(),
-        )
-        .unwrap();
+        let (opts, w, clips, r) = reference();
         let off = CheckOptions {
             lr: opts.lr * 1.5,
             ..opts.clone()
         };
-        let t = trace::<Autodiff<NdArray<f32>>>(
-            &off,
-            &w,
-            clips,
-            "ndarray, lr × 1.5",
-            &Default::default(),
-        )
-        .unwrap();
+        let t = trace::<Cpu>(&off, &w, clips, "ndarray, lr × 1.5", &Default::default()).unwrap();
         let report = compare(&r, &t, Tolerances::CPU);
         // The first step's gradient is the same (same weights, same batch); what the optimizer
         // did with it is not.
@@ -498,11 +478,7 @@ mod tests {
 
     #[test]
     fn a_nan_fails() {
-        let opts = small();
-        let clips = clips();
-        let w = initial_weights::<Autodiff<NdArray<f32>>>(&opts, &Default::default());
-        let r = trace::<Autodiff<NdArray<f32>>>(&opts, &w, clips, "ndarray", &Default::default())
-            .unwrap();
+        let (_, _, _, r) = reference();
         let mut t = r.clone();
         t.losses[2] = f64::NAN;
         let out = t
