@@ -4,7 +4,6 @@
 
 use crate::checkpoint::{CheckpointError, NamedTensor};
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use std::collections::HashMap;
@@ -69,33 +68,6 @@ pub fn export_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
         }
     }
     let mut v = V::<B>(PathTracker::default(), Vec::new(), grads);
-    module.visit(&mut v);
-    v.1
-}
-
-/// Every float parameter's gradient in an optimizer's `GradientsParams`, named by its Burn path
-/// (zeros for a parameter it has none for), so the list always has every parameter.
-pub fn export_grads_params<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    grads: &GradientsParams,
-) -> Vec<NamedTensor> {
-    struct V<'a>(PathTracker, Vec<NamedTensor>, &'a GradientsParams);
-    impl<B: AutodiffBackend> ModuleVisitor<B> for V<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.0.enter(name)
-        }
-        fn exit_module(&mut self, _: &str, _: &str) {
-            self.0.exit()
-        }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let g = self
-                .2
-                .get::<B::InnerBackend, D>(param.id)
-                .unwrap_or_else(|| param.val().inner().zeros_like());
-            self.1.push(crate::tensor_to_named(&self.0.path(), g));
-        }
-    }
-    let mut v = V(PathTracker::default(), Vec::new(), grads);
     module.visit(&mut v);
     v.1
 }

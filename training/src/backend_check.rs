@@ -13,10 +13,9 @@
 use crate::optim::{OptimizerSpec, global_grad_norm};
 use crate::video::ClipSource;
 use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
+use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::TrainStep;
 use nervus_datasets::moving::Clips;
 use nervus_datasets::rng::Rng;
 use nervus_models::checkpoint::NamedTensor;
@@ -177,13 +176,16 @@ pub fn trace<B: AutodiffBackend>(
     let t0 = std::time::Instant::now();
     for i in 0..opts.steps {
         let batch = <ClipSource as BatchSource<B>>::batch(&source, 1, i, device);
-        let out = model.step(batch);
-        losses.push(out.item.loss.into_scalar().elem::<f64>());
-        grad_norms.push(global_grad_norm::<B, _>(&model, &out.grads));
+        // What the model's `TrainStep` does, with the raw gradients kept for reading out.
+        let loss = model.flow_loss(batch);
+        losses.push(loss.clone().into_scalar().elem::<f64>());
+        let raw = loss.backward();
         if i == 0 {
-            first_grads = named::export_grads_params::<B, _>(&model, &out.grads);
+            first_grads = named::export_grads::<B, _>(&model, &raw);
         }
-        model = optim.step(opts.lr, model, out.grads);
+        let grads = GradientsParams::from_grads(raw, &model);
+        grad_norms.push(global_grad_norm::<B, _>(&model, &grads));
+        model = optim.step(opts.lr, model, grads);
     }
     let end = named::export(&model.valid());
     Ok(Trace {
@@ -281,29 +283,23 @@ pub fn compare(reference: &Trace, tested: &Trace, tol: Tolerances) -> CheckRepor
         .map(|(n, _)| n.clone())
         .collect();
     gradient_free.sort();
-    let mut worst_grad = (String::new(), 0.0f64);
-    for (name, r) in &rg {
-        if gradient_free.contains(name) {
-            // The tested backend's must be rounding noise too.
-            let t = tg.get(name).map(|t| rms(t)).unwrap_or(f64::NAN);
-            if !within(t, 10.0 * GRADIENT_FREE * global_rms) {
-                failures.push(format!(
-                    "first-step gradient of {name} should be rounding noise (the loss does not depend on it) but its RMS is {t:.2e}, the whole model's {global_rms:.2e}"
-                ));
-            }
-            continue;
-        }
-        let d = match tg.get(name) {
-            Some(t) if t.len() == r.len() => {
-                let diff = norm(r.iter().zip(t).map(|(a, b)| a - b));
-                diff / norm(r.iter().copied()).max(f64::MIN_POSITIVE)
-            }
-            _ => f64::NAN,
-        };
-        if worse(d, worst_grad.1) {
-            worst_grad = (name.clone(), d);
+    for name in &gradient_free {
+        // The tested backend's must be rounding noise too.
+        let t = tg.get(name).map(|t| rms(t)).unwrap_or(f64::NAN);
+        if !within(t, 10.0 * GRADIENT_FREE * global_rms) {
+            failures.push(format!(
+                "first-step gradient of {name} should be rounding noise (the loss does not depend on it) but its RMS is {t:.2e}, the whole model's {global_rms:.2e}"
+            ));
         }
     }
+    let compared = || rg.keys().filter(|n| !gradient_free.contains(n));
+    let worst_grad = worst(compared(), |name| match (rg.get(name), tg.get(name)) {
+        (Some(r), Some(t)) if t.len() == r.len() => {
+            let diff = norm(r.iter().zip(t).map(|(a, b)| a - b));
+            diff / norm(r.iter().copied()).max(f64::MIN_POSITIVE)
+        }
+        _ => f64::NAN,
+    });
     if !within(worst_grad.1, tol.grad) {
         failures.push(format!(
             "first-step gradient of {} differs by {:.2e} of its norm (limit {:.0e})",
@@ -315,20 +311,16 @@ pub fn compare(reference: &Trace, tested: &Trace, tol: Tolerances) -> CheckRepor
         by_name(&reference.end),
         by_name(&tested.end),
     );
-    let mut worst_moved = (String::new(), 0.0f64);
-    for (name, start) in r0.iter().filter(|(n, _)| !gradient_free.contains(n)) {
-        let d = match (r1.get(name), t1.get(name)) {
-            (Some(r), Some(t)) if r.len() == start.len() && t.len() == start.len() => {
+    let worst_moved = worst(compared(), |name| {
+        match (r0.get(name), r1.get(name), t1.get(name)) {
+            (Some(start), Some(r), Some(t)) if r.len() == start.len() && t.len() == start.len() => {
                 let moved = norm(r.iter().zip(start).map(|(a, b)| a - b));
                 let diff = norm(r.iter().zip(t).map(|(a, b)| a - b));
                 diff / moved.max(f64::MIN_POSITIVE)
             }
             _ => f64::NAN,
-        };
-        if worse(d, worst_moved.1) {
-            worst_moved = (name.clone(), d);
         }
-    }
+    });
     if !within(worst_moved.1, tol.moved) {
         failures.push(format!(
             "after {} steps, {} differs from the reference's by {:.2e} of how far it moved (limit {:.0e})",
@@ -362,9 +354,17 @@ fn or_all_equal(name: &str) -> &str {
     if name.is_empty() { "all equal" } else { name }
 }
 
-/// Whether `d` is a worse difference than `current`: larger, or NaN (and a NaN stays the worst).
-fn worse(d: f64, current: f64) -> bool {
-    !current.is_nan() && !within(d, current)
+/// The name with the largest difference `diff` gives (a NaN is the largest, and the first NaN
+/// stays), with that difference; an empty name and 0 where there are no names.
+fn worst<'a>(names: impl Iterator<Item = &'a String>, diff: impl Fn(&str) -> f64) -> (String, f64) {
+    let mut worst = (String::new(), 0.0f64);
+    for name in names {
+        let d = diff(name);
+        if !worst.1.is_nan() && !within(d, worst.1) {
+            worst = (name.clone(), d);
+        }
+    }
+    worst
 }
 
 impl CheckReport {
