@@ -62,8 +62,8 @@ impl Default for CheckOptions {
 
 /// Limits a tested backend must stay within. The defaults leave room for a GPU's matrix products
 /// in reduced precision (TF32 keeps 10 bits of mantissa: relative errors near 1e-3 a product),
-/// and are far below what a wrong kernel gives (errors of the order of the values). Two CPU
-/// backends agree far more closely: see [`Tolerances::CPU`].
+/// and are far below what a wrong kernel gives (errors of the order of the values). A CPU backend
+/// in f32 against a reference in f64 agrees far more closely: see [`Tolerances::CPU`].
 #[derive(Clone, Copy, Debug)]
 pub struct Tolerances {
     /// Relative difference of every step's loss and gradient norm.
@@ -86,12 +86,15 @@ impl Default for Tolerances {
 }
 
 impl Tolerances {
-    /// Two f32 CPU backends: ndarray and flex, on the tests' model, differ by at most 3e-7 (loss),
-    /// 7e-7 (gradient norm), 5e-5 (a first-step gradient) and 3e-3 (an end against its move).
+    /// A CPU backend in f32 against ndarray in f64 (`training/tests/backend_check.rs`): flex, on
+    /// the tests' model, differs by at most 3.4e-8 (loss), 6.1e-8 (gradient norm), 8.0e-6 (a
+    /// first-step gradient) and 8.1e-5 (an end against its move), measured on an AMD EPYC (AVX2).
+    /// Against an f32 reference these limits would not hold: ndarray in f32 is itself 1.8e-4 away
+    /// from f64 on one first-step gradient there (and was 4.6e-5 away on another machine).
     pub const CPU: Tolerances = Tolerances {
-        step: 1e-5,
+        step: 1e-6,
         grad: 1e-4,
-        moved: 0.05,
+        moved: 1e-2,
     };
 }
 
@@ -418,76 +421,5 @@ impl CheckReport {
             }
         }
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::backend::{Autodiff, Flex};
-    use burn_ndarray::NdArray;
-    use nervus_datasets::mnist::Mnist;
-
-    fn small() -> CheckOptions {
-        CheckOptions {
-            layers: 2,
-            d_model: 32,
-            heads: 2,
-            batch: 2,
-            steps: 4,
-            ..CheckOptions::default()
-        }
-    }
-
-    type Cpu = Autodiff<NdArray<f32>>;
-
-    /// The tests' options, weights, clips, and the reference run on ndarray.
-    fn reference() -> (CheckOptions, Vec<NamedTensor>, Arc<Clips>, Trace) {
-        let opts = small();
-        let clips = Arc::new(Clips::new(&Mnist::vendored().test));
-        let w = initial_weights::<Cpu>(&opts, &Default::default());
-        let r = trace::<Cpu>(&opts, &w, clips.clone(), "ndarray", &Default::default()).unwrap();
-        (opts, w, clips, r)
-    }
-
-    #[test]
-    fn flex_trains_like_ndarray() {
-        let (opts, w, clips, r) = reference();
-        let t = trace::<Autodiff<Flex>>(&opts, &w, clips, "flex", &Default::default()).unwrap();
-        let report = compare(&r, &t, Tolerances::CPU);
-        println!("{}", report.summary(&r, &t));
-        assert!(report.failures.is_empty(), "{}", report.summary(&r, &t));
-        // The losses went somewhere: the check compares runs that train.
-        assert!(r.losses.iter().all(|l| l.is_finite() && *l > 0.0));
-    }
-
-    #[test]
-    fn a_run_with_another_learning_rate_fails() {
-        let (opts, w, clips, r) = reference();
-        let off = CheckOptions {
-            lr: opts.lr * 1.5,
-            ..opts.clone()
-        };
-        let t = trace::<Cpu>(&off, &w, clips, "ndarray, lr × 1.5", &Default::default()).unwrap();
-        let report = compare(&r, &t, Tolerances::CPU);
-        // The first step's gradient is the same (same weights, same batch); what the optimizer
-        // did with it is not.
-        assert!(report.worst_grad.1 <= 1e-6, "{}", report.summary(&r, &t));
-        assert!(!report.failures.is_empty(), "{}", report.summary(&r, &t));
-    }
-
-    #[test]
-    fn a_nan_fails() {
-        let (_, _, _, r) = reference();
-        let mut t = r.clone();
-        t.losses[2] = f64::NAN;
-        let out = t
-            .end
-            .iter_mut()
-            .find(|p| p.name == "proj_out_2.weight")
-            .unwrap();
-        out.data[0] = f32::NAN;
-        let report = compare(&r, &t, Tolerances::default());
-        assert_eq!(report.failures.len(), 2, "{}", report.summary(&r, &t));
     }
 }
