@@ -90,7 +90,8 @@ impl Tolerances {
     /// the tests' model, differs by at most 3.4e-8 (loss), 6.1e-8 (gradient norm), 8.0e-6 (a
     /// first-step gradient) and 8.1e-5 (an end against its move), measured on an AMD EPYC (AVX2).
     /// Against an f32 reference these limits would not hold: ndarray in f32 is itself 1.8e-4 away
-    /// from f64 on one first-step gradient there (and was 4.6e-5 away on another machine).
+    /// from f64 on one first-step gradient there (on the machine of an earlier session, ndarray
+    /// and flex in f32 were 4.6e-5 apart on their worst one).
     pub const CPU: Tolerances = Tolerances {
         step: 1e-6,
         grad: 1e-4,
