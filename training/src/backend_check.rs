@@ -6,9 +6,9 @@
 //! Float sums in another order differ in the last digits, and Adam turns that into whole steps of
 //! the learning rate where a gradient is near zero, so the last comparison is against how far the
 //! parameters moved, not against zero. A kernel that computes something else (a fused kernel with
-//! a bug, say) shows as a difference orders of magnitude above that: the figures measured for two
-//! CPU backends are at [`Tolerances::CPU`]. `cargo run --release --features cuda --example
-//! backend_check` runs it against the CPU.
+//! a bug, say) shows as a difference orders of magnitude above that: the figures measured for flex
+//! against ndarray in f64 are at [`Tolerances::CPU`]. `cargo run --release --features cuda
+//! --example backend_check` runs it against the CPU.
 
 use crate::optim::{OptimizerSpec, global_grad_norm};
 use crate::video::ClipSource;
