@@ -147,6 +147,10 @@ struct Args {
     /// and for b, b, with this weight (1 = not at all).
     #[arg(long, default_value_t = 1.0)]
     doubles: f64,
+    /// With --steps 0: classifier-free guidance in frames 0 and 1 (where the two digits are
+    /// still one shape and the judge reads nothing) instead of --guidance there.
+    #[arg(long)]
+    overlap_guidance: Option<f64>,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -191,6 +195,10 @@ fn main() -> Result<()> {
             "--doubles guides a drawing: use it with --steps 0 and --load DIR",
         ),
         (
+            args.overlap_guidance.is_some(),
+            "--overlap-guidance guides a drawing: use it with --steps 0 and --load DIR",
+        ),
+        (
             !args.average.is_empty(),
             "--average draws with averaged weights: use it with --steps 0 and --load DIR",
         ),
@@ -206,6 +214,11 @@ fn main() -> Result<()> {
         if !(value.is_finite() && value >= 1.0) {
             bail!("{flag} must be a number of at least 1, not {value}");
         }
+    }
+    if let Some(g0) = args.overlap_guidance
+        && !g0.is_finite()
+    {
+        bail!("--overlap-guidance must be a number, not {g0}");
     }
     let device = backend::device();
     let data = if args.download {
@@ -360,6 +373,7 @@ fn main() -> Result<()> {
         let more = ClipGuidance {
             doubles: args.doubles,
             weaker: weak.as_ref().map(|m| (m, args.autoguidance)),
+            overlap: args.overlap_guidance,
         };
         let set = args.noise_set.unwrap_or(0);
         let drawn = draw(&model, &pairs, settings, &more, set, 16);
@@ -373,6 +387,9 @@ fn main() -> Result<()> {
         }
         if args.guidance_below < 1.0 {
             name += &format!("-below{}", args.guidance_below);
+        }
+        if let Some(g0) = args.overlap_guidance {
+            name += &format!("-overlap{g0}");
         }
         if args.shift != 1.0 {
             name += &format!("-shift{}", args.shift);

@@ -91,7 +91,7 @@ pub fn sample<B: Backend, const D: usize, M: Velocity<B, D>>(
 /// One correction of a guided step: a worse answer to push away from, and its weight `w`. The
 /// step gains `(w − 1)·(v_c − v_worse)`, so `w = 1` adds nothing.
 #[derive(Clone, Debug)]
-pub enum Guide<'a, B: Backend, G> {
+pub enum Guide<'a, B: Backend, G, const D: usize> {
     /// The same model without labels: classifier-free guidance.
     Unlabelled { weight: f64 },
     /// The same model asked for other labels `[B, L]`: a negative prompt.
@@ -101,6 +101,12 @@ pub enum Guide<'a, B: Backend, G> {
     },
     /// A weaker model asked the same question: autoguidance.
     Weaker { model: &'a G, weight: f64 },
+    /// The same model without labels, its push applied only where `mask` is 1 (a 0/1 tensor
+    /// that broadcasts against the drawing, e.g. `[1, frames, 1, 1, 1]` for some frames of a
+    /// clip). Beside `Unlabelled { weight: g }`, weight `1 + g0 − g` guides the masked part at
+    /// `g0` and the rest at `g`. It shares the unlabelled question with `Unlabelled`: no extra
+    /// model call.
+    UnlabelledWhere { mask: Tensor<B, D>, weight: f64 },
 }
 
 /// Euler from noise `x1` for `labels [B, L]` with any number of corrections:
@@ -116,25 +122,33 @@ pub fn sample_guided<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<
     model: &M,
     x1: Tensor<B, D>,
     labels: Tensor<B, 2, Int>,
-    guides: &[Guide<'_, B, G>],
+    guides: &[Guide<'_, B, G, D>],
     steps: usize,
     shift: f64,
     below: f64,
 ) -> Tensor<B, D> {
     let [b, l] = labels.dims();
-    // The questions for `model`: its labels first, then one set per guide that asks it.
+    // The questions for `model`: its labels first, then one set per guide that asks it (the
+    // unlabelled question once, however many guides use its answer); `slot[k]` is where guide
+    // `k`'s answer comes in the batch (none for a weaker model).
     let mut asked = vec![labels.clone()];
+    let mut unlabelled = None;
+    let mut slot = Vec::with_capacity(guides.len());
     for guide in guides {
-        match guide {
-            Guide::Unlabelled { .. } => {
-                asked.push(Tensor::full([b, l], model.null_label(), &labels.device()))
-            }
+        slot.push(match guide {
+            Guide::Unlabelled { .. } | Guide::UnlabelledWhere { .. } => Some(
+                *unlabelled.get_or_insert_with(|| {
+                    asked.push(Tensor::full([b, l], model.null_label(), &labels.device()));
+                    asked.len() - 1
+                }),
+            ),
             Guide::Labels { labels: other, .. } => {
                 assert_eq!(other.dims(), [b, l], "guide labels: one set per sample");
                 asked.push(other.clone());
+                Some(asked.len() - 1)
             }
-            Guide::Weaker { .. } => {}
-        }
+            Guide::Weaker { .. } => None,
+        });
     }
     let n = asked.len();
     let asked = Tensor::cat(asked, 0);
@@ -149,21 +163,29 @@ pub fn sample_guided<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<
             Tensor::cat(vec![t.clone(); n], 0),
             asked.clone(),
         );
-        let mut answers = v.chunk(n, 0).into_iter();
-        let vc = answers.next().expect("the conditional answer");
+        let answers = v.chunk(n, 0);
+        let vc = answers[0].clone();
         let mut out = vc.clone();
-        for guide in guides {
-            let (worse, weight) = match guide {
-                Guide::Unlabelled { weight } | Guide::Labels { weight, .. } => {
-                    (answers.next().expect("one answer a guide"), *weight)
+        for (guide, at) in guides.iter().zip(&slot) {
+            let worse = match (guide, at) {
+                (Guide::Weaker { model: weak, .. }, _) => {
+                    weak.velocity(x.clone(), t.clone(), labels.clone())
                 }
-                Guide::Weaker {
-                    model: weak,
-                    weight,
-                } => (weak.velocity(x.clone(), t.clone(), labels.clone()), *weight),
+                (_, Some(k)) => answers[*k].clone(),
+                (_, None) => unreachable!("every guide but a weaker model has an answer"),
+            };
+            let (weight, mask) = match guide {
+                Guide::Unlabelled { weight }
+                | Guide::Labels { weight, .. }
+                | Guide::Weaker { weight, .. } => (*weight, None),
+                Guide::UnlabelledWhere { mask, weight } => (*weight, Some(mask)),
             };
             if weight != 1.0 {
-                out = out + (vc.clone() - worse) * (weight - 1.0);
+                let push = (vc.clone() - worse) * (weight - 1.0);
+                out = match mask {
+                    None => out + push,
+                    Some(m) => out + push * m.clone(),
+                };
             }
         }
         out
@@ -322,7 +344,7 @@ mod tests {
 
     /// `TOY` drawn from `start()` with these guides.
     fn toy_drawn(
-        guides: &[Guide<'_, TB, Linear>],
+        guides: &[Guide<'_, TB, Linear, 2>],
         steps: usize,
         shift: f64,
         below: f64,
@@ -335,7 +357,7 @@ mod tests {
     fn unlabelled_guidance_alone_is_the_plain_sampler() {
         let (x1, labels) = start();
         for g in [0.0, 1.0, 2.5, 5.0] {
-            let guides: [Guide<'_, TB, Linear>; 1] = [Guide::Unlabelled { weight: g }];
+            let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
             let got = toy_drawn(&guides, 10, 2.0, 1.0);
             let want = vals(sample(&TOY, x1.clone(), labels.clone(), 10, g, 2.0));
             close(&got, &want, 1e-12);
@@ -385,7 +407,7 @@ mod tests {
         let dev = Default::default();
         let other = Tensor::<TB, 2, Int>::from_data([[5i64], [2]], &dev);
         let (g, d) = (3.0, 2.5);
-        let guides: [Guide<'_, TB, Linear>; 2] = [
+        let guides: [Guide<'_, TB, Linear, 2>; 2] = [
             Guide::Unlabelled { weight: g },
             Guide::Labels {
                 labels: other.clone(),
@@ -402,13 +424,42 @@ mod tests {
         }));
         close(&got, &want, 1e-12);
         // Asking for the very labels being drawn pushes nowhere, whatever the weight.
-        let same: [Guide<'_, TB, Linear>; 1] = [Guide::Labels {
+        let same: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Labels {
             labels: labels.clone(),
             weight: 4.0,
         }];
         let got = toy_drawn(&same, 6, 1.0, 1.0);
         let want = vals(euler(x1, 6, |x, t| TOY.velocity(x, t, labels.clone())));
         close(&got, &want, 1e-12);
+    }
+
+    /// A masked unlabelled push beside plain guidance `g`, at weight `1 + g0 − g`: where the
+    /// mask is 1 the drawing is the plain sampler's at `g0`, elsewhere at `g` (the toy field acts
+    /// on each element alone, so the two parts do not mix).
+    #[test]
+    fn a_masked_push_guides_its_part_at_its_own_strength() {
+        let (x1, labels) = start();
+        let dev = Default::default();
+        let mask = Tensor::<TB, 2>::from_data([[1.0, 0.0]], &dev);
+        for (g, g0) in [(5.0, 1.0), (4.0, 0.0), (2.0, 3.5)] {
+            let guides: [Guide<'_, TB, Linear, 2>; 2] = [
+                Guide::Unlabelled { weight: g },
+                Guide::UnlabelledWhere {
+                    mask: mask.clone(),
+                    weight: 1.0 + g0 - g,
+                },
+            ];
+            let got = toy_drawn(&guides, 10, 1.0, 1.0);
+            let at = |w| vals(sample(&TOY, x1.clone(), labels.clone(), 10, w, 1.0));
+            let (masked, rest) = (at(g0), at(g));
+            // Column 0 of each row is masked, column 1 is not.
+            let want: Vec<f64> = (0..4)
+                .map(|i| if i % 2 == 0 { masked[i] } else { rest[i] })
+                .collect();
+            close(&got, &want, 1e-12);
+            // And the masked part is not what plain guidance `g` draws there.
+            assert!((got[0] - rest[0]).abs() > 1e-3 && (got[2] - rest[2]).abs() > 1e-3);
+        }
     }
 
     /// Guidance only at noise levels up to `below`: the noisier steps walk the conditional field
@@ -419,7 +470,7 @@ mod tests {
         let dev = Default::default();
         let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
         let g = 4.0;
-        let guides: [Guide<'_, TB, Linear>; 1] = [Guide::Unlabelled { weight: g }];
+        let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
         for below in [0.55, 1.0] {
             let got = toy_drawn(&guides, 10, 1.0, below);
             let want = vals(euler(x1.clone(), 10, |x, t| {

@@ -272,7 +272,7 @@ impl DrawSettings {
     pub fn draw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
         &self,
         model: &M,
-        more: Vec<Guide<'_, B, M>>,
+        more: Vec<Guide<'_, B, M, D>>,
         x1: Tensor<B, D>,
         labels: Tensor<B, 2, Int>,
     ) -> Vec<f32> {

@@ -729,7 +729,7 @@ pub fn draw<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px = settings.draw_pixels_guided(model, more.guides(part, &device), x1, labels);
+        let px = settings.draw_pixels_guided(model, more.guides(part, settings.guidance, &device), x1, labels);
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
@@ -744,6 +744,10 @@ pub struct ClipGuidance<'a, B: Backend> {
     pub doubles: f64,
     /// A weaker model and the weight of the push away from its answer (autoguidance).
     pub weaker: Option<(&'a VideoDit<B>, f64)>,
+    /// Classifier-free guidance in the frames before [`JUDGED`] (0 and 1, where the two digits
+    /// are still one shape), in place of the drawing's own guidance there (none: the same
+    /// guidance in every frame).
+    pub overlap: Option<f64>,
 }
 
 impl<B: Backend> Default for ClipGuidance<'_, B> {
@@ -751,14 +755,29 @@ impl<B: Backend> Default for ClipGuidance<'_, B> {
         Self {
             doubles: 1.0,
             weaker: None,
+            overlap: None,
         }
     }
 }
 
 impl<'a, B: Backend> ClipGuidance<'a, B> {
-    /// The guides for drawing `pairs`.
-    pub fn guides(&self, pairs: &[(u8, u8)], device: &B::Device) -> Vec<Guide<'a, B, VideoDit<B>>> {
+    /// The guides for drawing `pairs` beside classifier-free guidance at `guidance`.
+    pub fn guides(
+        &self,
+        pairs: &[(u8, u8)],
+        guidance: f64,
+        device: &B::Device,
+    ) -> Vec<Guide<'a, B, VideoDit<B>, 5>> {
         let mut out = Vec::new();
+        if let Some(g0) = self.overlap.filter(|&g0| g0 != guidance) {
+            let mask: Vec<f32> = (0..FRAMES)
+                .map(|f| if f < JUDGED.start { 1.0 } else { 0.0 })
+                .collect();
+            out.push(Guide::UnlabelledWhere {
+                mask: Tensor::from_data(TensorData::new(mask, [1, FRAMES, 1, 1, 1]), device),
+                weight: 1.0 + g0 - guidance,
+            });
+        }
         if self.doubles != 1.0 {
             for first in [true, false] {
                 let labels: Vec<i64> = pairs
@@ -1225,14 +1244,15 @@ mod tests {
         let device = Default::default();
         assert!(
             ClipGuidance::<Flex>::default()
-                .guides(&[(3, 7)], &device)
+                .guides(&[(3, 7)], 5.0, &device)
                 .is_empty()
         );
         let more = ClipGuidance::<Flex> {
             doubles: 2.5,
             weaker: None,
+            overlap: None,
         };
-        let guides = more.guides(&[(3, 7), (1, 1), (0, 9)], &device);
+        let guides = more.guides(&[(3, 7), (1, 1), (0, 9)], 5.0, &device);
         let asked: Vec<(Vec<i64>, f64)> = guides
             .into_iter()
             .map(|g| match g {
@@ -1247,6 +1267,31 @@ mod tests {
             asked,
             vec![(vec![3, 3, 1, 1, 0, 0], 2.5), (vec![7, 7, 1, 1, 9, 9], 2.5)]
         );
+    }
+
+    /// Guidance in the overlapped frames is one masked unlabelled push: 1 in frames 0 and 1, 0 in
+    /// the judged ones, weighted so that those frames are guided at their own strength; asking
+    /// for the drawing's own guidance there adds nothing.
+    #[test]
+    fn overlap_guidance_masks_the_frames_before_the_judged_ones() {
+        use burn::backend::Flex;
+        let device = Default::default();
+        let at = |g0| ClipGuidance::<Flex> {
+            overlap: Some(g0),
+            ..Default::default()
+        };
+        assert!(at(5.0).guides(&[(3, 7)], 5.0, &device).is_empty());
+        let guides = at(1.5).guides(&[(3, 7), (0, 9)], 5.0, &device);
+        assert_eq!(guides.len(), 1);
+        match &guides[0] {
+            Guide::UnlabelledWhere { mask, weight } => {
+                assert_eq!(mask.dims(), [1, FRAMES, 1, 1, 1]);
+                let m: Vec<f32> = mask.clone().into_data().iter::<f32>().collect();
+                assert_eq!(m, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+                assert_eq!(*weight, 1.0 + 1.5 - 5.0);
+            }
+            _ => panic!("overlap guidance is a masked unlabelled push"),
+        }
     }
 
     /// Every clip lands in one of four kinds (mostly right, doubled, one right, neither), and
