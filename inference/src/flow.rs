@@ -136,12 +136,12 @@ pub fn sample_guided<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<
     let mut slot = Vec::with_capacity(guides.len());
     for guide in guides {
         slot.push(match guide {
-            Guide::Unlabelled { .. } | Guide::UnlabelledWhere { .. } => Some(
-                *unlabelled.get_or_insert_with(|| {
+            Guide::Unlabelled { .. } | Guide::UnlabelledWhere { .. } => {
+                Some(*unlabelled.get_or_insert_with(|| {
                     asked.push(Tensor::full([b, l], model.null_label(), &labels.device()));
                     asked.len() - 1
-                }),
-            ),
+                }))
+            }
             Guide::Labels { labels: other, .. } => {
                 assert_eq!(other.dims(), [b, l], "guide labels: one set per sample");
                 asked.push(other.clone());

@@ -729,7 +729,12 @@ pub fn draw<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px = settings.draw_pixels_guided(model, more.guides(part, settings.guidance, &device), x1, labels);
+        let px = settings.draw_pixels_guided(
+            model,
+            more.guides(part, settings.guidance, &device),
+            x1,
+            labels,
+        );
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
