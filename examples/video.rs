@@ -24,7 +24,7 @@ use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
     ClipGuidance, JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, judge_frames,
-    load_judges, real_clips, train, train_judges, write_clips,
+    load_judges, real_clips, redraw, train, train_judges, write_clips,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -151,6 +151,11 @@ struct Args {
     /// still one shape and the judge reads nothing) instead of --guidance there.
     #[arg(long)]
     overlap_guidance: Option<f64>,
+    /// With --steps 0: instead of drawing from noise, noise the real test clips of the pairs (the
+    /// judge's ceiling) to this level in (0, 1] with the noise set's noise and draw them back
+    /// from there: how much of a real clip's layout, which digit went where, the drawing keeps.
+    #[arg(long)]
+    from_real: Option<f64>,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -199,6 +204,10 @@ fn main() -> Result<()> {
             "--overlap-guidance guides a drawing: use it with --steps 0 and --load DIR",
         ),
         (
+            args.from_real.is_some(),
+            "--from-real redraws real clips: use it with --steps 0 and --load DIR",
+        ),
+        (
             !args.average.is_empty(),
             "--average draws with averaged weights: use it with --steps 0 and --load DIR",
         ),
@@ -219,6 +228,11 @@ fn main() -> Result<()> {
         && !g0.is_finite()
     {
         bail!("--overlap-guidance must be a number, not {g0}");
+    }
+    if let Some(level) = args.from_real
+        && !(level > 0.0 && level <= 1.0)
+    {
+        bail!("--from-real is a noise level in (0, 1], not {level}");
     }
     let device = backend::device();
     let data = if args.download {
@@ -376,7 +390,13 @@ fn main() -> Result<()> {
             overlap: args.overlap_guidance,
         };
         let set = args.noise_set.unwrap_or(0);
-        let drawn = draw(&model, &pairs, settings, &more, set, 16);
+        let drawn = match args.from_real {
+            None => draw(&model, &pairs, settings, &more, set, 16),
+            Some(level) => {
+                let real = real_clips(&test_clips, &pairs);
+                redraw(&model, &real, level, settings, &more, set, 16)
+            }
+        };
         let v = PanelVerdict::of(&judges, &drawn, &pairs);
         let mut name = format!("g{}-s{}", args.guidance, args.sample_steps);
         if weak.is_some() {
@@ -390,6 +410,9 @@ fn main() -> Result<()> {
         }
         if let Some(g0) = args.overlap_guidance {
             name += &format!("-overlap{g0}");
+        }
+        if let Some(level) = args.from_real {
+            name += &format!("-from-real{level}");
         }
         if args.shift != 1.0 {
             name += &format!("-shift{}", args.shift);

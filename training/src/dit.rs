@@ -20,7 +20,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{PIXELS, SIDE, Split};
 use nervus_datasets::rng::Rng;
-use nervus_inference::flow::{Guide, sample, sample_guided};
+use nervus_inference::flow::{Guide, sample, sample_guided_from};
 use nervus_inference::render::grid_png;
 use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::diffusers;
@@ -276,23 +276,42 @@ impl DrawSettings {
         x1: Tensor<B, D>,
         labels: Tensor<B, 2, Int>,
     ) -> Vec<f32> {
-        let drawn = if more.is_empty() && self.guidance_below >= 1.0 {
-            sample(model, x1, labels, self.steps, self.guidance, self.shift)
+        if more.is_empty() && self.guidance_below >= 1.0 {
+            let drawn = sample(model, x1, labels, self.steps, self.guidance, self.shift);
+            drawn.into_data().iter::<f32>().map(to_unit).collect()
         } else {
-            let mut guides = vec![Guide::Unlabelled {
-                weight: self.guidance,
-            }];
-            guides.extend(more);
-            sample_guided(
-                model,
-                x1,
-                labels,
-                &guides,
-                self.steps,
-                self.shift,
-                self.guidance_below,
-            )
-        };
+            self.redraw_pixels_guided(model, more, x1, 1.0, labels)
+        }
+    }
+
+    /// [`Self::draw_pixels_guided`] from `xt`, drawings at noise level `start` in (0, 1] (real
+    /// samples noised that far, say), in the steps of the whole walk that lie below `start`
+    /// (`ceil(steps · start)`, at least one), always through [`sample_guided_from`]; `start = 1`
+    /// is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
+    /// values.
+    pub fn redraw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
+        &self,
+        model: &M,
+        more: Vec<Guide<'_, B, M, D>>,
+        xt: Tensor<B, D>,
+        start: f64,
+        labels: Tensor<B, 2, Int>,
+    ) -> Vec<f32> {
+        let mut guides = vec![Guide::Unlabelled {
+            weight: self.guidance,
+        }];
+        guides.extend(more);
+        let steps = ((self.steps as f64 * start).ceil() as usize).max(1);
+        let drawn = sample_guided_from(
+            model,
+            xt,
+            start,
+            labels,
+            &guides,
+            steps,
+            self.shift,
+            self.guidance_below,
+        );
         drawn.into_data().iter::<f32>().map(to_unit).collect()
     }
 }

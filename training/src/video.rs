@@ -716,9 +716,47 @@ pub fn draw<B: Backend>(
     set: u64,
     chunk: usize,
 ) -> Vec<Vec<f32>> {
+    walk_clips(model, pairs, None, settings, more, set, chunk)
+}
+
+/// Real clips noised to level `start` in (0, 1] with [`draw_noise`]`(set, k)` and drawn back from
+/// there (the steps of the whole walk below `start`), each asked for its own two digits: how much
+/// of a real clip's layout (which digit went where) the drawing keeps; pixels in 0..1.
+pub fn redraw<B: Backend>(
+    model: &VideoDit<B>,
+    real: &[Clip],
+    start: f64,
+    settings: DrawSettings,
+    more: &ClipGuidance<'_, B>,
+    set: u64,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
+    let pairs: Vec<(u8, u8)> = real.iter().map(|c| (c.digits[0], c.digits[1])).collect();
+    walk_clips(
+        model,
+        &pairs,
+        Some((real, start)),
+        settings,
+        more,
+        set,
+        chunk,
+    )
+}
+
+/// [`draw`] from noise, or with `from = Some((real, start))` [`redraw`] (`real[k]` is pair k's).
+fn walk_clips<B: Backend>(
+    model: &VideoDit<B>,
+    pairs: &[(u8, u8)],
+    from: Option<(&[Clip], f64)>,
+    settings: DrawSettings,
+    more: &ClipGuidance<'_, B>,
+    set: u64,
+    chunk: usize,
+) -> Vec<Vec<f32>> {
     let device = model.proj_out_2.weight.device();
+    let chunk = chunk.max(1);
     let mut out = Vec::with_capacity(pairs.len());
-    for (c, part) in pairs.chunks(chunk.max(1)).enumerate() {
+    for (c, part) in pairs.chunks(chunk).enumerate() {
         let n = part.len();
         let x1: Vec<f32> = (0..n)
             .flat_map(|k| draw_noise(set, c * chunk + k))
@@ -729,12 +767,19 @@ pub fn draw<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let px = settings.draw_pixels_guided(
-            model,
-            more.guides(part, settings.guidance, &device),
-            x1,
-            labels,
-        );
+        let guides = more.guides(part, settings.guidance, &device);
+        let px = match from {
+            None => settings.draw_pixels_guided(model, guides, x1, labels),
+            Some((real, start)) => {
+                let x0: Vec<f32> = real[c * chunk..c * chunk + n]
+                    .iter()
+                    .flat_map(|clip| clip.pixels.iter().map(|&v| to_model(v)))
+                    .collect();
+                let x0 = Tensor::<B, 5>::from_data(TensorData::new(x0, clip_shape(n)), &device);
+                let (xt, _) = noised(x0, x1, Tensor::full([n], start, &device));
+                settings.redraw_pixels_guided(model, guides, xt, start, labels)
+            }
+        };
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
@@ -1343,6 +1388,53 @@ mod tests {
             ],
         };
         assert_eq!(panel.median_judge().map(|j| j.doubled), Some(3));
+    }
+
+    /// Redrawing real clips from a low noise level gives each clip back (in its own place in the
+    /// order, across chunks), and from level 1 it is drawing from the same noise.
+    #[test]
+    fn a_redraw_keeps_its_real_clips_and_from_one_is_a_draw() {
+        use burn::backend::Flex;
+        use nervus_models::video_dit::VideoDitConfig;
+        let data = Mnist::vendored();
+        let test = Clips::new(&data.test);
+        let pairs = [(3, 7), (0, 1), (5, 5)];
+        let real = real_clips(&test, &pairs);
+        let device = Default::default();
+        let model = VideoDitConfig::new()
+            .with_num_layers(1)
+            .with_num_attention_heads(1)
+            .with_attention_head_dim(8)
+            .init::<Flex>(&device);
+        let settings = DrawSettings {
+            steps: 20,
+            guidance: 3.0,
+            shift: 1.0,
+            guidance_below: 1.0,
+        };
+        let none = ClipGuidance::default();
+        let mad = |a: &[f32], b: &[f32]| -> f32 {
+            a.iter().zip(b).map(|(p, q)| (p - q).abs()).sum::<f32>() / a.len() as f32
+        };
+        let near = redraw(&model, &real, 0.02, settings, &none, 4, 2);
+        assert_eq!(near.len(), 3);
+        for (k, got) in near.iter().enumerate() {
+            let own = mad(got, &real[k].pixels);
+            assert!(own < 0.05, "clip {k}: {own} from its real clip");
+            for (j, other) in real.iter().enumerate() {
+                if j != k {
+                    let d = mad(got, &other.pixels);
+                    assert!(own < d, "clip {k}: {own} from its own, {d} from clip {j}");
+                }
+            }
+        }
+        let from_one = redraw(&model, &real, 1.0, settings, &none, 4, 2);
+        let drawn = draw(&model, &pairs, settings, &none, 4, 2);
+        for (a, b) in from_one.iter().zip(&drawn) {
+            let d = mad(a, b);
+            assert!(d < 1e-5, "from level 1 differs from a draw by {d}");
+        }
+        assert!(mad(&from_one[0], &real[0].pixels) > 0.1);
     }
 
     #[test]
