@@ -156,6 +156,7 @@ fn main() -> Result<()> {
         guidance: args.guidance,
         shift: args.shift,
         guidance_below: args.guidance_below,
+        guidance_above: 1.0,
     };
     settings.check()?;
 

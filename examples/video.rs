@@ -81,6 +81,9 @@ struct Args {
     /// steps, where the layout is decided, to the conditional model alone).
     #[arg(long, default_value_t = 1.0)]
     guidance_below: f64,
+    /// Guidance at those noisiest steps, above --guidance-below (1: the conditional model alone).
+    #[arg(long, default_value_t = 1.0)]
+    guidance_above: f64,
     /// Share of training clips whose labels are replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
@@ -256,6 +259,7 @@ fn main() -> Result<()> {
         guidance: args.guidance,
         shift: args.shift,
         guidance_below: args.guidance_below,
+        guidance_above: args.guidance_above,
     };
     settings.check()?;
 
@@ -407,6 +411,9 @@ fn main() -> Result<()> {
         }
         if args.guidance_below < 1.0 {
             name += &format!("-below{}", args.guidance_below);
+            if args.guidance_above != 1.0 {
+                name += &format!("-above{}", args.guidance_above);
+            }
         }
         if let Some(g0) = args.overlap_guidance {
             name += &format!("-overlap{g0}");

@@ -130,12 +130,14 @@ pub fn sample_guided<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<
     shift: f64,
     below: f64,
 ) -> Tensor<B, D> {
-    sample_guided_from(model, x1, 1.0, labels, guides, steps, shift, below)
+    sample_guided_from(model, x1, 1.0, labels, guides, steps, shift, below, 0.0)
 }
 
 /// [`sample_guided`] from `xt`, a drawing at noise level `start` in (0, 1] (a real sample noised
-/// that far, say: how much of it the walk keeps), in `steps` steps at the times `start · t'`.
-/// `start = 1` is [`sample_guided`]. Shapes: `xt [B, ..]` → `[B, ..]`.
+/// that far, say: how much of it the walk keeps), in `steps` steps at the times `start · t'`,
+/// and with the steps above `below` guided by the share `outside` of every push (weight
+/// `1 + outside·(w − 1)`; 0: the conditional model alone, what [`sample_guided`] does there).
+/// `start = 1, outside = 0` is [`sample_guided`]. Shapes: `xt [B, ..]` → `[B, ..]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sample_guided_from<B: Backend, const D: usize, M: Velocity<B, D>, G: Velocity<B, D>>(
     model: &M,
@@ -146,6 +148,7 @@ pub fn sample_guided_from<B: Backend, const D: usize, M: Velocity<B, D>, G: Velo
     steps: usize,
     shift: f64,
     below: f64,
+    outside: f64,
 ) -> Tensor<B, D> {
     let [b, l] = labels.dims();
     // The questions for `model`: its labels first, then one set per guide that asks it (the
@@ -175,7 +178,8 @@ pub fn sample_guided_from<B: Backend, const D: usize, M: Velocity<B, D>, G: Velo
     walk(xt, start, steps, shift, |x, level, t| {
         // The tolerance keeps a step that starts at `below` itself (0.7 as 1 − 6/20, say) guided
         // whatever the rounding of the subtraction.
-        if level > below + 1e-9 {
+        let share = if level > below + 1e-9 { outside } else { 1.0 };
+        if share == 0.0 {
             return model.velocity(x, t, labels.clone());
         }
         let v = model.velocity(
@@ -201,7 +205,7 @@ pub fn sample_guided_from<B: Backend, const D: usize, M: Velocity<B, D>, G: Velo
                 Guide::UnlabelledWhere { mask, weight } => (*weight, Some(mask)),
             };
             if weight != 1.0 {
-                let push = (vc.clone() - worse) * (weight - 1.0);
+                let push = (vc.clone() - worse) * (share * (weight - 1.0));
                 out = match mask {
                     None => out + push,
                     Some(m) => out + push * m.clone(),
@@ -502,6 +506,7 @@ mod tests {
             steps,
             1.0,
             1.0,
+            0.0,
         ));
         let mut x = x1.clone();
         for i in 0..steps {
@@ -524,7 +529,7 @@ mod tests {
             1.0,
         ));
         let from_one = vals(sample_guided_from(
-            &TOY, x1, 1.0, labels, &guides, steps, 1.0, 1.0,
+            &TOY, x1, 1.0, labels, &guides, steps, 1.0, 1.0, 0.0,
         ));
         assert_eq!(whole, from_one);
         // One data point, noised to 0.3 and walked back in 5 steps, is found again.
@@ -535,7 +540,7 @@ mod tests {
         let none: [Guide<'_, TB, Point, 2>; 0] = [];
         let labels = Tensor::<TB, 2, Int>::from_data([[0i64], [0]], &dev);
         let back = vals(sample_guided_from(
-            &point, xt, 0.3, labels, &none, 5, 1.0, 1.0,
+            &point, xt, 0.3, labels, &none, 5, 1.0, 1.0, 0.0,
         ));
         close(&back, &vals(x0), 1e-12);
     }
@@ -554,6 +559,55 @@ mod tests {
         fn null_label(&self) -> i64 {
             0
         }
+    }
+
+    /// Above `below`, a share of every push: guidance `g` becomes `1 + share·(g − 1)` at those
+    /// steps and stays `g` at the rest; share 0 is the unguided noisy steps of `sample_guided`.
+    #[test]
+    fn a_share_of_guidance_above_the_interval() {
+        let (x1, labels) = start();
+        let dev = Default::default();
+        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let (g, below, steps) = (5.0, 0.55, 10);
+        let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
+        for share in [0.0, 0.5, 1.0] {
+            let got = vals(sample_guided_from(
+                &TOY,
+                x1.clone(),
+                1.0,
+                labels.clone(),
+                &guides,
+                steps,
+                1.0,
+                below,
+                share,
+            ));
+            let want = vals(euler(x1.clone(), steps, |x, t| {
+                let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
+                let vu = TOY.velocity(x, t.clone(), null.clone());
+                let here = if vals(t)[0] > below {
+                    1.0 + share * (g - 1.0)
+                } else {
+                    g
+                };
+                vc.clone() + (vc - vu) * (here - 1.0)
+            }));
+            close(&got, &want, 1e-12);
+        }
+        assert_eq!(
+            vals(sample_guided_from(
+                &TOY,
+                x1.clone(),
+                1.0,
+                labels.clone(),
+                &guides,
+                steps,
+                1.0,
+                below,
+                0.0
+            )),
+            vals(sample_guided(&TOY, x1, labels, &guides, steps, 1.0, below))
+        );
     }
 
     /// Guidance only at noise levels up to `below`: the noisier steps walk the conditional field

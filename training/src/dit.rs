@@ -227,6 +227,10 @@ pub struct DrawSettings {
     /// before the option drew with; [`nervus_inference::flow::sample_guided`]).
     #[serde(default = "unchanged")]
     pub guidance_below: f64,
+    /// Guidance at the noisier steps, above `guidance_below` (1: the conditional model alone,
+    /// what every run saved before the option drew with).
+    #[serde(default = "unchanged")]
+    pub guidance_above: f64,
 }
 
 /// 1, the value of a drawing option that changes nothing (how files older than it read back).
@@ -241,6 +245,8 @@ pub enum DrawSettingsError {
     Shift(f64),
     #[error("--guidance-below is a noise level in (0, 1], not {0}")]
     GuidanceBelow(f64),
+    #[error("--guidance-above must be a number, not {0}")]
+    GuidanceAbove(f64),
 }
 
 impl DrawSettings {
@@ -252,6 +258,9 @@ impl DrawSettings {
         }
         if !(self.guidance_below > 0.0 && self.guidance_below <= 1.0) {
             return Err(DrawSettingsError::GuidanceBelow(self.guidance_below));
+        }
+        if !self.guidance_above.is_finite() {
+            return Err(DrawSettingsError::GuidanceAbove(self.guidance_above));
         }
         Ok(())
     }
@@ -302,6 +311,12 @@ impl DrawSettings {
         }];
         guides.extend(more);
         let steps = ((self.steps as f64 * start).ceil() as usize).max(1);
+        // Above the interval every push is this share of its own (guidance 1 pushes nowhere).
+        let outside = if self.guidance != 1.0 {
+            (self.guidance_above - 1.0) / (self.guidance - 1.0)
+        } else {
+            0.0
+        };
         let drawn = sample_guided_from(
             model,
             xt,
@@ -311,6 +326,7 @@ impl DrawSettings {
             steps,
             self.shift,
             self.guidance_below,
+            outside,
         );
         drawn.into_data().iter::<f32>().map(to_unit).collect()
     }
@@ -636,6 +652,7 @@ mod tests {
             guidance: 2.0,
             shift: 1.0,
             guidance_below: 1.0,
+            guidance_above: 1.0,
         };
         assert_eq!(ok.check(), Ok(()));
         for shift in [0.0, -1.0, f64::NAN, f64::INFINITY] {
@@ -659,6 +676,19 @@ mod tests {
                 "{e}"
             );
         }
+        for above in [f64::NAN, f64::INFINITY] {
+            let e = DrawSettings {
+                guidance_above: above,
+                ..ok
+            }
+            .check()
+            .unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("--guidance-above must be a number"),
+                "{e}"
+            );
+        }
     }
 
     /// A `training.json` written before the shift and the guidance interval existed reads back
@@ -674,6 +704,7 @@ mod tests {
                 guidance: 2.0,
                 shift: 1.0,
                 guidance_below: 1.0,
+                guidance_above: 1.0,
             }
         );
     }

@@ -1411,6 +1411,7 @@ mod tests {
             guidance: 3.0,
             shift: 1.0,
             guidance_below: 1.0,
+            guidance_above: 1.0,
         };
         let none = ClipGuidance::default();
         let mad = |a: &[f32], b: &[f32]| -> f32 {

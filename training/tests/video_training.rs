@@ -64,6 +64,7 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
             guidance: 2.0,
             shift: 1.0,
             guidance_below: 1.0,
+            guidance_above: 1.0,
         },
         judge_every: false,
         save: Some(dir.join("model")),
