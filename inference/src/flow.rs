@@ -570,8 +570,8 @@ mod tests {
         let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
         let (g, below, steps) = (5.0, 0.55, 10);
         let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
-        for share in [0.0, 0.5, 1.0] {
-            let got = vals(sample_guided_from(
+        let at = |share| {
+            vals(sample_guided_from(
                 &TOY,
                 x1.clone(),
                 1.0,
@@ -581,7 +581,10 @@ mod tests {
                 1.0,
                 below,
                 share,
-            ));
+            ))
+        };
+        for share in [0.0, 0.5, 1.0] {
+            let got = at(share);
             let want = vals(euler(x1.clone(), steps, |x, t| {
                 let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
                 let vu = TOY.velocity(x, t.clone(), null.clone());
@@ -594,20 +597,17 @@ mod tests {
             }));
             close(&got, &want, 1e-12);
         }
-        assert_eq!(
-            vals(sample_guided_from(
-                &TOY,
-                x1.clone(),
-                1.0,
-                labels.clone(),
-                &guides,
-                steps,
-                1.0,
-                below,
-                0.0
-            )),
-            vals(sample_guided(&TOY, x1, labels, &guides, steps, 1.0, below))
-        );
+        // Share 0 is `sample_guided`, to the bit.
+        let unguided_above = vals(sample_guided(
+            &TOY,
+            x1.clone(),
+            labels.clone(),
+            &guides,
+            steps,
+            1.0,
+            below,
+        ));
+        assert_eq!(at(0.0), unguided_above);
     }
 
     /// Guidance only at noise levels up to `below`: the noisier steps walk the conditional field

@@ -247,6 +247,11 @@ pub enum DrawSettingsError {
     GuidanceBelow(f64),
     #[error("--guidance-above must be a number, not {0}")]
     GuidanceAbove(f64),
+    #[error(
+        "--guidance-above {0} guides the steps above --guidance-below, which is 1 (every step \
+         guided): give --guidance-below a level under 1"
+    )]
+    AboveWithoutInterval(f64),
 }
 
 impl DrawSettings {
@@ -261,6 +266,9 @@ impl DrawSettings {
         }
         if !self.guidance_above.is_finite() {
             return Err(DrawSettingsError::GuidanceAbove(self.guidance_above));
+        }
+        if self.guidance_above != 1.0 && self.guidance_below >= 1.0 {
+            return Err(DrawSettingsError::AboveWithoutInterval(self.guidance_above));
         }
         Ok(())
     }
@@ -294,9 +302,9 @@ impl DrawSettings {
     }
 
     /// [`Self::draw_pixels_guided`] from `xt`, drawings at noise level `start` in (0, 1] (real
-    /// samples noised that far, say), in the steps of the whole walk that lie below `start`
-    /// (`ceil(steps · start)`, at least one), always through [`sample_guided_from`]; `start = 1`
-    /// is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
+    /// samples noised that far, say), in `ceil(steps · start)` steps (at least one; at shift 1,
+    /// the steps of the whole walk that lie below `start`), always through
+    /// [`sample_guided_from`]; `start = 1` is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
     /// values.
     pub fn redraw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
         &self,
@@ -679,6 +687,7 @@ mod tests {
         for above in [f64::NAN, f64::INFINITY] {
             let e = DrawSettings {
                 guidance_above: above,
+                guidance_below: 0.6,
                 ..ok
             }
             .check()
@@ -689,6 +698,20 @@ mod tests {
                 "{e}"
             );
         }
+        // Guidance above an interval that is not there would change nothing: refused.
+        let e = DrawSettings {
+            guidance_above: 2.0,
+            ..ok
+        }
+        .check()
+        .unwrap_err();
+        assert_eq!(e, DrawSettingsError::AboveWithoutInterval(2.0));
+        let ramp = DrawSettings {
+            guidance_above: 2.0,
+            guidance_below: 0.6,
+            ..ok
+        };
+        assert_eq!(ramp.check(), Ok(()));
     }
 
     /// A `training.json` written before the shift and the guidance interval existed reads back

@@ -720,7 +720,7 @@ pub fn draw<B: Backend>(
 }
 
 /// Real clips noised to level `start` in (0, 1] with [`draw_noise`]`(set, k)` and drawn back from
-/// there (the steps of the whole walk below `start`), each asked for its own two digits: how much
+/// there ([`DrawSettings::redraw_pixels_guided`]), each asked for its own two digits: how much
 /// of a real clip's layout (which digit went where) the drawing keeps; pixels in 0..1.
 pub fn redraw<B: Backend>(
     model: &VideoDit<B>,
