@@ -366,6 +366,11 @@ mod tests {
         )
     }
 
+    /// The toy model's "no label" for the two samples of `start()`.
+    fn null() -> Tensor<TB, 2, Int> {
+        Tensor::full([2, 1], 10, &Default::default())
+    }
+
     /// `TOY` drawn from `start()` with these guides.
     fn toy_drawn(
         guides: &[Guide<'_, TB, Linear, 2>],
@@ -439,7 +444,7 @@ mod tests {
             },
         ];
         let got = toy_drawn(&guides, 6, 1.0, 1.0);
-        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let null = null();
         let want = vals(euler(x1.clone(), 6, |x, t| {
             let vc = TOY.velocity(x.clone(), t.clone(), labels.clone());
             let vu = TOY.velocity(x.clone(), t.clone(), null.clone());
@@ -493,7 +498,7 @@ mod tests {
     fn a_walk_from_a_noise_level_scales_the_times() {
         let (x1, labels) = start();
         let dev = Default::default();
-        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let null = null();
         let g = 3.0;
         let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
         let (from, steps) = (0.4, 8);
@@ -566,8 +571,7 @@ mod tests {
     #[test]
     fn a_share_of_guidance_above_the_interval() {
         let (x1, labels) = start();
-        let dev = Default::default();
-        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let null = null();
         let (g, below, steps) = (5.0, 0.55, 10);
         let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
         let at = |share| {
@@ -615,8 +619,7 @@ mod tests {
     #[test]
     fn guidance_below_a_level_leaves_the_noisier_steps_unguided() {
         let (x1, labels) = start();
-        let dev = Default::default();
-        let null = Tensor::<TB, 2, Int>::full([2, 1], 10, &dev);
+        let null = null();
         let g = 4.0;
         let guides: [Guide<'_, TB, Linear, 2>; 1] = [Guide::Unlabelled { weight: g }];
         for below in [0.55, 1.0] {

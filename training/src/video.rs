@@ -771,11 +771,7 @@ fn walk_clips<B: Backend>(
         let px = match from {
             None => settings.draw_pixels_guided(model, guides, x1, labels),
             Some((real, start)) => {
-                let x0: Vec<f32> = real[c * chunk..c * chunk + n]
-                    .iter()
-                    .flat_map(|clip| clip.pixels.iter().map(|&v| to_model(v)))
-                    .collect();
-                let x0 = Tensor::<B, 5>::from_data(TensorData::new(x0, clip_shape(n)), &device);
+                let x0 = model_clips::<B>(&real[c * chunk..c * chunk + n], &device);
                 let (xt, _) = noised(x0, x1, Tensor::full([n], start, &device));
                 settings.redraw_pixels_guided(model, guides, xt, start, labels)
             }
@@ -850,20 +846,25 @@ impl<'a, B: Backend> ClipGuidance<'a, B> {
     }
 }
 
+/// Real clips as the model sees them (pixels in its range). Shapes: `n` clips → `[n, FRAMES, 1,
+/// FRAME, FRAME]`.
+fn model_clips<B: Backend>(clips: &[Clip], device: &B::Device) -> Tensor<B, 5> {
+    let x: Vec<f32> = clips
+        .iter()
+        .flat_map(|c| c.pixels.iter().map(|&v| to_model(v)))
+        .collect();
+    Tensor::from_data(TensorData::new(x, clip_shape(clips.len())), device)
+}
+
 /// The model's one-step guess at half-noised real clips: rows of (real, noised, guess) for each
 /// clip, frames left to right; values in 0..1.
 pub fn guesses<B: Backend>(model: &VideoDit<B>, real: &[Clip]) -> Vec<Vec<f32>> {
     let device = model.proj_out_2.weight.device();
     let n = real.len();
     let mut rng = Rng::new(GUESS_SEED);
-    let x: Vec<f32> = real
-        .iter()
-        .flat_map(|c| c.pixels.iter().map(|&v| to_model(v)))
-        .collect();
+    let x = model_clips::<B>(real, &device);
     let noise: Vec<f32> = (0..n * CLIP).map(|_| rng.normal() as f32).collect();
-    let shape = clip_shape(n);
-    let x = Tensor::<B, 5>::from_data(TensorData::new(x, shape), &device);
-    let noise = Tensor::<B, 5>::from_data(TensorData::new(noise, shape), &device);
+    let noise = Tensor::<B, 5>::from_data(TensorData::new(noise, clip_shape(n)), &device);
     let t = Tensor::<B, 1>::full([n], 0.5, &device);
     let (xt, _) = noised(x, noise, t.clone());
     let labels: Vec<i64> = real
