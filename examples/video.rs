@@ -23,8 +23,8 @@ use nervus_training::checkpoint::{average_checkpoints, replace_dir};
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
 use nervus_training::video::{
-    ClipGuidance, JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, judge_frames,
-    load_judges, real_clips, redraw, train, train_judges, write_clips,
+    ClipGuidance, JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, draw_best_of,
+    judge_frames, load_judges, real_clips, redraw, train, train_judges, write_clips,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,6 +159,12 @@ struct Args {
     /// from there: how much of a real clip's layout, which digit went where, the drawing keeps.
     #[arg(long)]
     from_real: Option<f64>,
+    /// With --steps 0: draw this many clips of each pair (the first is the plain draw of the
+    /// noise set) and keep the one the model itself finds fits the pair asked for best against
+    /// the pair's doubles (a, a and b, b); about this many times the time of one draw. Each
+    /// candidate's count is printed too.
+    #[arg(long, default_value_t = 1)]
+    best_of: usize,
     /// With --steps 0: the pairs to draw, e.g. 3-7,0-1 (default: all 55).
     #[arg(long)]
     pairs: Option<String>,
@@ -211,6 +217,10 @@ fn main() -> Result<()> {
             "--from-real redraws real clips: use it with --steps 0 and --load DIR",
         ),
         (
+            args.best_of != 1,
+            "--best-of draws several clips a pair: use it with --steps 0 and --load DIR",
+        ),
+        (
             !args.average.is_empty(),
             "--average draws with averaged weights: use it with --steps 0 and --load DIR",
         ),
@@ -236,6 +246,12 @@ fn main() -> Result<()> {
         && !(level > 0.0 && level <= 1.0)
     {
         bail!("--from-real is a noise level in (0, 1], not {level}");
+    }
+    if args.best_of == 0 {
+        bail!("--best-of is how many clips to draw of each pair: at least 1");
+    }
+    if args.best_of != 1 && args.from_real.is_some() {
+        bail!("--best-of draws from noise: it does not go with --from-real");
     }
     let device = backend::device();
     let data = if args.download {
@@ -395,6 +411,20 @@ fn main() -> Result<()> {
         };
         let set = args.noise_set.unwrap_or(0);
         let drawn = match args.from_real {
+            None if args.best_of > 1 => {
+                let best = draw_best_of(&model, &pairs, settings, &more, set, 16, args.best_of);
+                for (j, candidate) in best.candidates.iter().enumerate() {
+                    let v = PanelVerdict::of(&judges, candidate, &pairs);
+                    let failures = v.median_judge().map(|m| m.failures()).unwrap_or_default();
+                    println!(
+                        "candidate {j}{}: {}; {failures}; chosen for {} pairs",
+                        if j == 0 { " (the plain draw)" } else { "" },
+                        v.summary(),
+                        best.chosen.iter().filter(|&&c| c == j).count()
+                    );
+                }
+                best.clips
+            }
             None => draw(&model, &pairs, settings, &more, set, 16),
             Some(level) => {
                 let real = real_clips(&test_clips, &pairs);
@@ -417,6 +447,9 @@ fn main() -> Result<()> {
         }
         if let Some(g0) = args.overlap_guidance {
             name += &format!("-overlap{g0}");
+        }
+        if args.best_of > 1 {
+            name += &format!("-best{}", args.best_of);
         }
         if let Some(level) = args.from_real {
             name += &format!("-from-real{level}");

@@ -30,6 +30,7 @@ use nervus_datasets::rng::Rng;
 use nervus_inference::flow::Guide;
 use nervus_inference::render::{clips_gif, grid_png};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::flow::Velocity;
 use nervus_models::flow::{FlowBatch, noised};
 use nervus_models::mlp::Mlp;
 use nervus_models::video_dit::VideoDit;
@@ -699,9 +700,15 @@ pub fn real_clips(test: &Clips, pairs: &[(u8, u8)]) -> Vec<Clip> {
 /// The noise clip `k` of noise set `set` is drawn from. Set 0 is the fixed set every run judges
 /// with; sets 1, 2, … are independent others, for measuring how much a count owes to one draw.
 pub fn draw_noise(set: u64, k: usize) -> Vec<f32> {
+    candidate_noise(set, 0, k)
+}
+
+/// The noise clip `k` of noise set `set` is drawn from as candidate `candidate` of a
+/// [`draw_best_of`]; candidate 0's is [`draw_noise`]`(set, k)`, so candidate 0 is the plain draw.
+fn candidate_noise(set: u64, candidate: u64, k: usize) -> Vec<f32> {
     let mut rng = Rng::stream(
         DRAW_SEED ^ set.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        k as u64,
+        (candidate << 32) | k as u64,
     );
     (0..CLIP).map(|_| rng.normal() as f32).collect()
 }
@@ -716,7 +723,147 @@ pub fn draw<B: Backend>(
     set: u64,
     chunk: usize,
 ) -> Vec<Vec<f32>> {
-    walk_clips(model, pairs, None, settings, more, set, chunk)
+    walk_clips(model, pairs, None, settings, more, (set, 0), chunk)
+}
+
+/// Noise levels at which [`self_check`] compares a clip's fit to the labels asked for with its fit
+/// to the wrong answers.
+pub const CHECK_LEVELS: [f32; 4] = [0.2, 0.4, 0.6, 0.8];
+const CHECK_SEED: u64 = 0xC4EC;
+
+/// The model's own check of clips (0..1 pixels, `CLIP` each) asked for `pairs`: each clip's
+/// flow-matching loss (mean over [`CHECK_LEVELS`], fixed noise that depends only on the clip's
+/// place `k` in `pairs` and the level) with the labels of the nearest wrong answer, minus its loss
+/// with the labels asked for. For two different digits `(a, b)` the wrong answers are the doubles
+/// `(a, a)` and `(b, b)` (the drawing's commonest failure: both places draw one of the two digits);
+/// for `(a, a)` it is no labels at all. Higher is better: a clip the model itself explains better
+/// by the pair asked for than by either double. No judge is consulted. `chunk` clips go through
+/// the model at a time.
+pub fn self_check<B: Backend>(
+    model: &VideoDit<B>,
+    clips: &[Vec<f32>],
+    pairs: &[(u8, u8)],
+    chunk: usize,
+) -> Vec<f64> {
+    self_check_at(model, clips, pairs, chunk, &CHECK_LEVELS)
+}
+
+/// [`self_check`] at other noise levels (level `l` of `levels` has the noise of
+/// [`CHECK_LEVELS`]' level `l`).
+pub fn self_check_at<B: Backend>(
+    model: &VideoDit<B>,
+    clips: &[Vec<f32>],
+    pairs: &[(u8, u8)],
+    chunk: usize,
+    levels: &[f32],
+) -> Vec<f64> {
+    let device = model.proj_out_2.weight.device();
+    let null = Velocity::<B, 5>::null_label(model);
+    let chunk = chunk.max(1);
+    let mut out = Vec::with_capacity(pairs.len());
+    for (c, part) in pairs.chunks(chunk).enumerate() {
+        let n = part.len();
+        let first = c * chunk;
+        let x: Vec<f32> = clips[first..first + n]
+            .iter()
+            .flat_map(|p| p.iter().map(|&v| to_model(v)))
+            .collect();
+        let asked: Vec<i64> = part
+            .iter()
+            .flat_map(|&(a, b)| [a as i64, b as i64])
+            .collect();
+        let wrong = |which: usize| -> Vec<i64> {
+            part.iter()
+                .flat_map(|&(a, b)| {
+                    let d = if a == b { null } else { [a, b][which] as i64 };
+                    [d, d]
+                })
+                .collect()
+        };
+        let labels = [asked, wrong(0), wrong(1)];
+        let mut sums = [vec![0.0; n], vec![0.0; n], vec![0.0; n]];
+        for (l, &t) in levels.iter().enumerate() {
+            let noise: Vec<f32> = (0..n)
+                .flat_map(|k| {
+                    let mut rng = Rng::stream(CHECK_SEED ^ l as u64, (first + k) as u64);
+                    (0..CLIP).map(move |_| rng.normal() as f32)
+                })
+                .collect();
+            for (sum, labels) in sums.iter_mut().zip(&labels) {
+                let batch = flow_batch(
+                    x.clone(),
+                    noise.clone(),
+                    vec![t; n],
+                    labels.clone(),
+                    clip_shape(n),
+                    &device,
+                );
+                let per_clip = model.flow_loss_per_clip(batch);
+                for (s, v) in sum.iter_mut().zip(per_clip.into_data().iter::<f64>()) {
+                    *s += v;
+                }
+            }
+        }
+        let levels = levels.len() as f64;
+        out.extend((0..n).map(|k| (sums[1][k].min(sums[2][k]) - sums[0][k]) / levels));
+    }
+    out
+}
+
+/// [`draw_best_of`]'s answer: the clip chosen for each pair, and every candidate with its
+/// [`self_check`] score.
+pub struct BestOf {
+    /// The chosen clip of each pair (0..1 pixels).
+    pub clips: Vec<Vec<f32>>,
+    /// `candidates[j][k]`: candidate `j`'s clip of pair `k`; candidate 0 is the plain [`draw`].
+    pub candidates: Vec<Vec<Vec<f32>>>,
+    /// `scores[j][k]`: the model's own check of `candidates[j][k]`.
+    pub scores: Vec<Vec<f64>>,
+    /// The candidate chosen for each pair: the highest score, the lowest index on a tie.
+    pub chosen: Vec<usize>,
+}
+
+/// Draws `candidates` clips of each pair (candidate 0 from [`draw_noise`]`(set, k)`, so it is the
+/// plain [`draw`]; the others from noise of their own) and keeps, for each pair, the one the model
+/// itself scores highest ([`self_check`]): about `candidates` times the cost of a draw, plus the
+/// check (three model calls a level, [`CHECK_LEVELS`]).
+pub fn draw_best_of<B: Backend>(
+    model: &VideoDit<B>,
+    pairs: &[(u8, u8)],
+    settings: DrawSettings,
+    more: &ClipGuidance<'_, B>,
+    set: u64,
+    chunk: usize,
+    candidates: usize,
+) -> BestOf {
+    let mut all = Vec::new();
+    let mut scores = Vec::new();
+    for j in 0..candidates.max(1) {
+        let drawn = walk_clips(model, pairs, None, settings, more, (set, j as u64), chunk);
+        scores.push(self_check(model, &drawn, pairs, chunk));
+        all.push(drawn);
+    }
+    let chosen: Vec<usize> = (0..pairs.len())
+        .map(|k| {
+            (0..all.len()).fold(0, |best, j| {
+                if scores[j][k] > scores[best][k] {
+                    j
+                } else {
+                    best
+                }
+            })
+        })
+        .collect();
+    BestOf {
+        clips: chosen
+            .iter()
+            .enumerate()
+            .map(|(k, &j)| all[j][k].clone())
+            .collect(),
+        candidates: all,
+        scores,
+        chosen,
+    }
 }
 
 /// Real clips noised to level `start` in (0, 1] with [`draw_noise`]`(set, k)` and drawn back from
@@ -738,7 +885,7 @@ pub fn redraw<B: Backend>(
         Some((real, start)),
         settings,
         more,
-        set,
+        (set, 0),
         chunk,
     )
 }
@@ -750,7 +897,7 @@ fn walk_clips<B: Backend>(
     from: Option<(&[Clip], f64)>,
     settings: DrawSettings,
     more: &ClipGuidance<'_, B>,
-    set: u64,
+    (set, candidate): (u64, u64),
     chunk: usize,
 ) -> Vec<Vec<f32>> {
     let device = model.proj_out_2.weight.device();
@@ -759,7 +906,7 @@ fn walk_clips<B: Backend>(
     for (c, part) in pairs.chunks(chunk).enumerate() {
         let n = part.len();
         let x1: Vec<f32> = (0..n)
-            .flat_map(|k| draw_noise(set, c * chunk + k))
+            .flat_map(|k| candidate_noise(set, candidate, c * chunk + k))
             .collect();
         let labels: Vec<i64> = part
             .iter()
@@ -1437,6 +1584,105 @@ mod tests {
             assert!(d < 1e-5, "from level 1 differs from a draw by {d}");
         }
         assert!(mad(&from_one[0], &real[0].pixels) > 0.1);
+    }
+
+    /// The self-check, recomputed one clip and one label pair at a time: the loss of the nearer
+    /// double (no labels for a pair of equal digits) minus the loss of the pair asked for, with
+    /// the noise of the clip's place; the same for either order of the pair and any chunking.
+    #[test]
+    fn the_self_check_is_the_nearer_doubles_loss_minus_the_asked_pairs() {
+        use burn::backend::Flex;
+        use nervus_models::video_dit::VideoDitConfig;
+        let data = Mnist::vendored();
+        let test = Clips::new(&data.test);
+        let pairs = [(3, 7), (0, 1), (5, 5)];
+        let clips: Vec<Vec<f32>> = real_clips(&test, &pairs)
+            .into_iter()
+            .map(|c| c.pixels)
+            .collect();
+        let device = Default::default();
+        let model = VideoDitConfig::new()
+            .with_num_layers(1)
+            .with_num_attention_heads(1)
+            .with_attention_head_dim(8)
+            .init::<Flex>(&device);
+        let got = self_check(&model, &clips, &pairs, 2);
+        let loss = |k: usize, labels: [i64; 2]| -> f64 {
+            let x: Vec<f32> = clips[k].iter().map(|&v| to_model(v)).collect();
+            let mut sum = 0.0;
+            for (l, &t) in CHECK_LEVELS.iter().enumerate() {
+                let mut rng = Rng::stream(CHECK_SEED ^ l as u64, k as u64);
+                let noise: Vec<f32> = (0..CLIP).map(|_| rng.normal() as f32).collect();
+                let batch = flow_batch(
+                    x.clone(),
+                    noise,
+                    vec![t],
+                    labels.to_vec(),
+                    clip_shape(1),
+                    &device,
+                );
+                sum += model.flow_loss_per_clip(batch).into_scalar() as f64;
+            }
+            sum / CHECK_LEVELS.len() as f64
+        };
+        for (k, &(a, b)) in pairs.iter().enumerate() {
+            let (a, b) = (a as i64, b as i64);
+            let wrong = if a == b {
+                loss(k, [10, 10])
+            } else {
+                loss(k, [a, a]).min(loss(k, [b, b]))
+            };
+            let want = wrong - loss(k, [a, b]);
+            assert!(
+                (got[k] - want).abs() < 1e-6,
+                "pair {k}: {} against {want}",
+                got[k]
+            );
+            assert!(want != 0.0, "pair {k}: the labels change nothing");
+        }
+        let swapped: Vec<(u8, u8)> = pairs.iter().map(|&(a, b)| (b, a)).collect();
+        let again = self_check(&model, &clips, &swapped, 1);
+        for (k, (x, y)) in got.iter().zip(&again).enumerate() {
+            assert!((x - y).abs() < 1e-6, "pair {k}: {x} one way, {y} swapped");
+        }
+    }
+
+    /// Candidate 0 of a best-of drawing is the plain draw; the others differ; each pair keeps the
+    /// candidate with the highest score.
+    #[test]
+    fn a_best_of_drawing_keeps_each_pairs_best_scored_candidate() {
+        use burn::backend::Flex;
+        use nervus_models::video_dit::VideoDitConfig;
+        let pairs = [(3, 7), (0, 1), (5, 5)];
+        let device = Default::default();
+        let model = VideoDitConfig::new()
+            .with_num_layers(1)
+            .with_num_attention_heads(1)
+            .with_attention_head_dim(8)
+            .init::<Flex>(&device);
+        let settings = DrawSettings {
+            steps: 4,
+            guidance: 3.0,
+            shift: 1.0,
+            guidance_below: 1.0,
+            guidance_above: 1.0,
+        };
+        let none = ClipGuidance::default();
+        let best = draw_best_of(&model, &pairs, settings, &none, 4, 2, 3);
+        assert_eq!(best.candidates.len(), 3);
+        assert_eq!(best.candidates[0], draw(&model, &pairs, settings, &none, 4, 2));
+        for j in 1..3 {
+            for k in 0..pairs.len() {
+                assert_ne!(best.candidates[j][k], best.candidates[0][k], "{j}, {k}");
+            }
+        }
+        for k in 0..pairs.len() {
+            let scores: Vec<f64> = best.scores.iter().map(|s| s[k]).collect();
+            assert!(scores.iter().all(|s| s.is_finite()), "pair {k}: {scores:?}");
+            let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(scores[best.chosen[k]], top, "pair {k}: {scores:?}");
+            assert_eq!(best.clips[k], best.candidates[best.chosen[k]][k]);
+        }
     }
 
     #[test]
