@@ -1670,7 +1670,10 @@ mod tests {
         let none = ClipGuidance::default();
         let best = draw_best_of(&model, &pairs, settings, &none, 4, 2, 3);
         assert_eq!(best.candidates.len(), 3);
-        assert_eq!(best.candidates[0], draw(&model, &pairs, settings, &none, 4, 2));
+        assert_eq!(
+            best.candidates[0],
+            draw(&model, &pairs, settings, &none, 4, 2)
+        );
         for j in 1..3 {
             for k in 0..pairs.len() {
                 assert_ne!(best.candidates[j][k], best.candidates[0][k], "{j}, {k}");
