@@ -1586,13 +1586,34 @@ mod tests {
         assert!(mad(&from_one[0], &real[0].pixels) > 0.1);
     }
 
+    /// A one-block model whose weights are scrambled: a fresh model's conditioning starts at
+    /// zero, so that its labels change nothing.
+    fn tiny_with_labels() -> VideoDit<burn::backend::Flex> {
+        use nervus_models::named;
+        use nervus_models::video_dit::VideoDitConfig;
+        let fresh = VideoDitConfig::new()
+            .with_num_layers(1)
+            .with_num_attention_heads(1)
+            .with_attention_head_dim(8)
+            .init(&Default::default());
+        let mut rng = Rng::new(7);
+        let weights = named::export(&fresh)
+            .into_iter()
+            .map(|mut t| {
+                t.data
+                    .iter_mut()
+                    .for_each(|v| *v += (rng.normal() * 0.3) as f32);
+                (t.name.clone(), t)
+            })
+            .collect();
+        named::import(fresh, weights, Path::new("test")).expect("import")
+    }
+
     /// The self-check, recomputed one clip and one label pair at a time: the loss of the nearer
     /// double (no labels for a pair of equal digits) minus the loss of the pair asked for, with
     /// the noise of the clip's place; the same for either order of the pair and any chunking.
     #[test]
     fn the_self_check_is_the_nearer_doubles_loss_minus_the_asked_pairs() {
-        use burn::backend::Flex;
-        use nervus_models::video_dit::VideoDitConfig;
         let data = Mnist::vendored();
         let test = Clips::new(&data.test);
         let pairs = [(3, 7), (0, 1), (5, 5)];
@@ -1601,11 +1622,7 @@ mod tests {
             .map(|c| c.pixels)
             .collect();
         let device = Default::default();
-        let model = VideoDitConfig::new()
-            .with_num_layers(1)
-            .with_num_attention_heads(1)
-            .with_attention_head_dim(8)
-            .init::<Flex>(&device);
+        let model = tiny_with_labels();
         let got = self_check(&model, &clips, &pairs, 2);
         let loss = |k: usize, labels: [i64; 2]| -> f64 {
             let x: Vec<f32> = clips[k].iter().map(|&v| to_model(v)).collect();
@@ -1651,15 +1668,8 @@ mod tests {
     /// candidate with the highest score.
     #[test]
     fn a_best_of_drawing_keeps_each_pairs_best_scored_candidate() {
-        use burn::backend::Flex;
-        use nervus_models::video_dit::VideoDitConfig;
         let pairs = [(3, 7), (0, 1), (5, 5)];
-        let device = Default::default();
-        let model = VideoDitConfig::new()
-            .with_num_layers(1)
-            .with_num_attention_heads(1)
-            .with_attention_head_dim(8)
-            .init::<Flex>(&device);
+        let model = tiny_with_labels();
         let settings = DrawSettings {
             steps: 4,
             guidance: 3.0,
@@ -1683,6 +1693,10 @@ mod tests {
             let scores: Vec<f64> = best.scores.iter().map(|s| s[k]).collect();
             assert!(scores.iter().all(|s| s.is_finite()), "pair {k}: {scores:?}");
             let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            assert!(
+                scores.iter().any(|&s| s != top),
+                "pair {k}: a tie {scores:?}"
+            );
             assert_eq!(scores[best.chosen[k]], top, "pair {k}: {scores:?}");
             assert_eq!(best.clips[k], best.candidates[best.chosen[k]][k]);
         }
