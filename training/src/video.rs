@@ -748,8 +748,8 @@ pub fn self_check<B: Backend>(
     self_check_at(model, clips, pairs, chunk, &CHECK_LEVELS)
 }
 
-/// [`self_check`] at other noise levels (level `l` of `levels` has the noise of
-/// [`CHECK_LEVELS`]' level `l`).
+/// [`self_check`] at other noise levels (the noise of the `l`-th level depends on `l` and the
+/// clip's place alone: the first levels share [`CHECK_LEVELS`]' noise).
 pub fn self_check_at<B: Backend>(
     model: &VideoDit<B>,
     clips: &[Vec<f32>],
@@ -843,17 +843,7 @@ pub fn draw_best_of<B: Backend>(
         scores.push(self_check(model, &drawn, pairs, chunk));
         all.push(drawn);
     }
-    let chosen: Vec<usize> = (0..pairs.len())
-        .map(|k| {
-            (0..all.len()).fold(0, |best, j| {
-                if scores[j][k] > scores[best][k] {
-                    j
-                } else {
-                    best
-                }
-            })
-        })
-        .collect();
+    let chosen = choose(&scores);
     BestOf {
         clips: chosen
             .iter()
@@ -864,6 +854,24 @@ pub fn draw_best_of<B: Backend>(
         scores,
         chosen,
     }
+}
+
+/// For each pair `k`, the candidate `j` with the highest `scores[j][k]` (the lowest `j` on a tie;
+/// a score that is not a number loses to every other).
+fn choose(scores: &[Vec<f64>]) -> Vec<usize> {
+    let key = |s: f64| if s.is_nan() { f64::NEG_INFINITY } else { s };
+    let pairs = scores.first().map_or(0, Vec::len);
+    (0..pairs)
+        .map(|k| {
+            (0..scores.len()).fold(0, |best, j| {
+                if key(scores[j][k]) > key(scores[best][k]) {
+                    j
+                } else {
+                    best
+                }
+            })
+        })
+        .collect()
 }
 
 /// Real clips noised to level `start` in (0, 1] with [`draw_noise`]`(set, k)` and drawn back from
@@ -1662,6 +1670,17 @@ mod tests {
         for (k, (x, y)) in got.iter().zip(&again).enumerate() {
             assert!((x - y).abs() < 1e-6, "pair {k}: {x} one way, {y} swapped");
         }
+    }
+
+    #[test]
+    fn the_choice_is_the_highest_score_the_first_on_a_tie_and_never_a_nan() {
+        let nan = f64::NAN;
+        let scores = vec![
+            vec![0.1, nan, 0.5, 0.2, nan],
+            vec![0.3, 0.0, 0.5, -1.0, nan],
+            vec![0.2, -2.0, 0.1, nan, nan],
+        ];
+        assert_eq!(choose(&scores), vec![1, 1, 0, 0, 0]);
     }
 
     /// Candidate 0 of a best-of drawing is the plain draw; the others differ; each pair keeps the
