@@ -764,21 +764,25 @@ pub fn self_check_at<B: Backend>(
     for (c, part) in pairs.chunks(chunk).enumerate() {
         let n = part.len();
         let first = c * chunk;
-        let x: Vec<f32> = clips[first..first + n]
-            .iter()
-            .flat_map(|p| p.iter().map(|&v| to_model(v)))
-            .collect();
-        let asked: Vec<i64> = part
-            .iter()
-            .flat_map(|&(a, b)| [a as i64, b as i64])
-            .collect();
-        let wrong = |which: usize| -> Vec<i64> {
+        let pixels: Vec<&[f32]> = clips[first..first + n].iter().map(Vec::as_slice).collect();
+        let x = model_pixels::<B>(&pixels, &device);
+        let pairs_of = |labels: Vec<i64>| -> Tensor<B, 2, Int> {
+            Tensor::from_data(TensorData::new(labels, [n, 2]), &device)
+        };
+        let asked = pairs_of(
             part.iter()
-                .flat_map(|&(a, b)| {
-                    let d = if a == b { null } else { [a, b][which] as i64 };
-                    [d, d]
-                })
-                .collect()
+                .flat_map(|&(a, b)| [a as i64, b as i64])
+                .collect(),
+        );
+        let wrong = |which: usize| {
+            pairs_of(
+                part.iter()
+                    .flat_map(|&(a, b)| {
+                        let d = if a == b { null } else { [a, b][which] as i64 };
+                        [d, d]
+                    })
+                    .collect(),
+            )
         };
         let labels = [asked, wrong(0), wrong(1)];
         let mut sums = [vec![0.0; n], vec![0.0; n], vec![0.0; n]];
@@ -789,16 +793,15 @@ pub fn self_check_at<B: Backend>(
                     (0..CLIP).map(move |_| rng.normal() as f32)
                 })
                 .collect();
+            let noise = Tensor::<B, 5>::from_data(TensorData::new(noise, clip_shape(n)), &device);
+            let t = Tensor::<B, 1>::full([n], t, &device);
             for (sum, labels) in sums.iter_mut().zip(&labels) {
-                let batch = flow_batch(
-                    x.clone(),
-                    noise.clone(),
-                    vec![t; n],
-                    labels.clone(),
-                    clip_shape(n),
-                    &device,
-                );
-                let per_clip = model.flow_loss_per_clip(batch);
+                let per_clip = model.flow_loss_per_clip(FlowBatch {
+                    x: x.clone(),
+                    noise: noise.clone(),
+                    t: t.clone(),
+                    labels: labels.clone(),
+                });
                 for (s, v) in sum.iter_mut().zip(per_clip.into_data().iter::<f64>()) {
                     *s += v;
                 }
@@ -1004,11 +1007,18 @@ impl<'a, B: Backend> ClipGuidance<'a, B> {
 /// Real clips as the model sees them (pixels in its range). Shapes: `n` clips → `[n, FRAMES, 1,
 /// FRAME, FRAME]`.
 fn model_clips<B: Backend>(clips: &[Clip], device: &B::Device) -> Tensor<B, 5> {
-    let x: Vec<f32> = clips
+    let pixels: Vec<&[f32]> = clips.iter().map(|c| c.pixels.as_slice()).collect();
+    model_pixels(&pixels, device)
+}
+
+/// Clips of 0..1 pixels (`CLIP` each) as the model sees them. Shapes: `n` clips → `[n, FRAMES,
+/// 1, FRAME, FRAME]`.
+fn model_pixels<B: Backend>(pixels: &[&[f32]], device: &B::Device) -> Tensor<B, 5> {
+    let x: Vec<f32> = pixels
         .iter()
-        .flat_map(|c| c.pixels.iter().map(|&v| to_model(v)))
+        .flat_map(|p| p.iter().map(|&v| to_model(v)))
         .collect();
-    Tensor::from_data(TensorData::new(x, clip_shape(clips.len())), device)
+    Tensor::from_data(TensorData::new(x, clip_shape(pixels.len())), device)
 }
 
 /// The model's one-step guess at half-noised real clips: rows of (real, noised, guess) for each
