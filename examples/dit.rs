@@ -79,8 +79,9 @@ struct Args {
     /// Share of training examples whose label is replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
-    /// How noise levels are drawn in training: uniform or logit-normal.
-    #[arg(long, default_value = "uniform", value_parser = ["uniform", "logit-normal"])]
+    /// How noise levels are drawn in training: uniform, logit-normal or high-noise (three
+    /// quarters of them above 0.5).
+    #[arg(long, default_value = "uniform", value_parser = TimeSampling::NAMES)]
     time_sampling: String,
     #[arg(long, default_value_t = 500)]
     eval_every: usize,
@@ -237,11 +238,7 @@ fn main() -> Result<()> {
         seed: args.seed,
         eval_every: args.eval_every,
         label_dropout: args.label_dropout,
-        time: if args.time_sampling == "logit-normal" {
-            TimeSampling::LogitNormal
-        } else {
-            TimeSampling::Uniform
-        },
+        time: TimeSampling::parse(&args.time_sampling).map_err(anyhow::Error::msg)?,
         draw: settings,
         save: Some(args.save.clone()),
         out: args.out.clone(),

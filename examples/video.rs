@@ -87,8 +87,9 @@ struct Args {
     /// Share of training clips whose labels are replaced by "no label".
     #[arg(long, default_value_t = 0.1)]
     label_dropout: f64,
-    /// How noise levels are drawn in training: uniform or logit-normal.
-    #[arg(long, default_value = "uniform", value_parser = ["uniform", "logit-normal"])]
+    /// How noise levels are drawn in training: uniform, logit-normal or high-noise (three
+    /// quarters of them above 0.5).
+    #[arg(long, default_value = "uniform", value_parser = TimeSampling::NAMES)]
     time_sampling: String,
     #[arg(long, default_value_t = 250)]
     eval_every: usize,
@@ -525,11 +526,7 @@ fn main() -> Result<()> {
         eval_every: args.eval_every,
         eval_clips: args.eval_clips,
         label_dropout: args.label_dropout,
-        time: if args.time_sampling == "logit-normal" {
-            TimeSampling::LogitNormal
-        } else {
-            TimeSampling::Uniform
-        },
+        time: TimeSampling::parse(&args.time_sampling).map_err(anyhow::Error::msg)?,
         draw: settings,
         judge_every: args.judge_every,
         save: Some(args.save.clone()),
