@@ -155,6 +155,11 @@ struct Args {
     /// still one shape and the judge reads nothing) instead of --guidance there.
     #[arg(long)]
     overlap_guidance: Option<f64>,
+    /// With --steps 0: a stochastic walk that re-draws this share of the noise at every step
+    /// but the last (η, in 0..=1; 0 = the plain deterministic walk). The fresh noise depends on
+    /// --noise-set too.
+    #[arg(long, default_value_t = 0.0)]
+    churn: f64,
     /// With --steps 0: instead of drawing from noise, noise the real test clips of the pairs (the
     /// judge's ceiling) to this level in (0, 1] with the noise set's noise and draw them back
     /// from there: how much of a real clip's layout, which digit went where, the drawing keeps.
@@ -214,6 +219,10 @@ fn main() -> Result<()> {
             "--overlap-guidance guides a drawing: use it with --steps 0 and --load DIR",
         ),
         (
+            args.churn != 0.0,
+            "--churn shapes a drawing: use it with --steps 0 and --load DIR",
+        ),
+        (
             args.from_real.is_some(),
             "--from-real redraws real clips: use it with --steps 0 and --load DIR",
         ),
@@ -242,6 +251,12 @@ fn main() -> Result<()> {
         && !g0.is_finite()
     {
         bail!("--overlap-guidance must be a number, not {g0}");
+    }
+    if !(0.0..=1.0).contains(&args.churn) {
+        bail!(
+            "--churn is the share of the noise re-drawn a step, in 0..=1, not {}",
+            args.churn
+        );
     }
     if let Some(level) = args.from_real
         && !(level > 0.0 && level <= 1.0)
@@ -409,6 +424,7 @@ fn main() -> Result<()> {
             doubles: args.doubles,
             weaker: weak.as_ref().map(|m| (m, args.autoguidance)),
             overlap: args.overlap_guidance,
+            churn: args.churn,
         };
         let set = args.noise_set.unwrap_or(0);
         let drawn = match args.from_real {
@@ -448,6 +464,9 @@ fn main() -> Result<()> {
         }
         if let Some(g0) = args.overlap_guidance {
             name += &format!("-overlap{g0}");
+        }
+        if args.churn != 0.0 {
+            name += &format!("-churn{}", args.churn);
         }
         if args.best_of > 1 {
             name += &format!("-best{}", args.best_of);

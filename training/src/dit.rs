@@ -20,7 +20,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{PIXELS, SIDE, Split};
 use nervus_datasets::rng::Rng;
-use nervus_inference::flow::{Guide, sample, sample_guided_from};
+use nervus_inference::flow::{Churn, Guide, sample, sample_guided_churned};
 use nervus_inference::render::grid_png;
 use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::diffusers;
@@ -334,7 +334,7 @@ impl DrawSettings {
     /// [`Self::draw_pixels_guided`] from `xt`, drawings at noise level `start` in (0, 1] (real
     /// samples noised that far, say), in `ceil(steps · start)` steps (at least one; at shift 1,
     /// the steps of the whole walk that lie below `start`), always through
-    /// [`sample_guided_from`]; `start = 1` is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
+    /// [`sample_guided_from`](nervus_inference::flow::sample_guided_from); `start = 1` is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
     /// values.
     pub fn redraw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
         &self,
@@ -343,6 +343,20 @@ impl DrawSettings {
         xt: Tensor<B, D>,
         start: f64,
         labels: Tensor<B, 2, Int>,
+    ) -> Vec<f32> {
+        self.redraw_pixels_churned(model, more, xt, start, labels, None)
+    }
+
+    /// [`Self::redraw_pixels_guided`] as a stochastic walk ([`Churn`]; none: the same thing).
+    /// Shapes: `xt [B, ..]` → `B·(the rest)` values.
+    pub fn redraw_pixels_churned<B: Backend, const D: usize, M: Velocity<B, D>>(
+        &self,
+        model: &M,
+        more: Vec<Guide<'_, B, M, D>>,
+        xt: Tensor<B, D>,
+        start: f64,
+        labels: Tensor<B, 2, Int>,
+        churn: Option<Churn<'_, B, D>>,
     ) -> Vec<f32> {
         let mut guides = vec![Guide::Unlabelled {
             weight: self.guidance,
@@ -355,7 +369,7 @@ impl DrawSettings {
         } else {
             0.0
         };
-        let drawn = sample_guided_from(
+        let drawn = sample_guided_churned(
             model,
             xt,
             start,
@@ -365,6 +379,7 @@ impl DrawSettings {
             self.shift,
             self.guidance_below,
             outside,
+            churn,
         );
         drawn.into_data().iter::<f32>().map(to_unit).collect()
     }

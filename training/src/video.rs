@@ -27,7 +27,7 @@ use burn::train::metric::{LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{SIDE, Split};
 use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES, WINDOW};
 use nervus_datasets::rng::Rng;
-use nervus_inference::flow::Guide;
+use nervus_inference::flow::{Churn, Guide};
 use nervus_inference::render::{clips_gif, grid_png};
 use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
 use nervus_models::flow::Velocity;
@@ -41,6 +41,8 @@ use std::sync::{Arc, Mutex};
 
 const EVAL_SEED: u64 = 0xC1_1B5;
 const DRAW_SEED: u64 = 0x6E1F;
+/// Seed of the fresh noise a stochastic walk takes in ([`churn_noise`]).
+const CHURN_SEED: u64 = 0xC8A2;
 const GUESS_SEED: u64 = 0x6E55;
 /// Noise levels validation is measured at (1/16, 3/16, … 15/16).
 pub const EVAL_LEVELS: usize = 8;
@@ -713,6 +715,17 @@ fn candidate_noise(set: u64, candidate: u64, k: usize) -> Vec<f32> {
     (0..CLIP).map(|_| rng.normal() as f32).collect()
 }
 
+/// The fresh noise clip `k` of noise set `set` (as candidate `candidate`) takes in at step `step`
+/// of a stochastic walk ([`ClipGuidance::churn`]): independent of [`draw_noise`] and of every other
+/// step's.
+fn churn_noise(set: u64, candidate: u64, k: usize, step: usize) -> Vec<f32> {
+    let mut rng = Rng::stream(
+        CHURN_SEED ^ set.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        (candidate << 48) | ((step as u64) << 32) | k as u64,
+    );
+    (0..CLIP).map(|_| rng.normal() as f32).collect()
+}
+
 /// Draws one clip for each pair, clip `k` from [`draw_noise`]`(set, k)`, in chunks of `chunk`
 /// clips; pixels in 0..1.
 pub fn draw<B: Backend>(
@@ -926,12 +939,28 @@ fn walk_clips<B: Backend>(
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
         let guides = more.guides(part, settings.guidance, &device);
-        let px = match from {
-            None => settings.draw_pixels_guided(model, guides, x1, labels),
-            Some((real, start)) => {
-                let x0 = model_clips::<B>(&real[c * chunk..c * chunk + n], &device);
-                let (xt, _) = noised(x0, x1, Tensor::full([n], start, &device));
-                settings.redraw_pixels_guided(model, guides, xt, start, labels)
+        let first = c * chunk;
+        let px = match (from, more.churn > 0.0) {
+            (None, false) => settings.draw_pixels_guided(model, guides, x1, labels),
+            (from, churned) => {
+                let (xt, start) = match from {
+                    None => (x1, 1.0),
+                    Some((real, start)) => {
+                        let x0 = model_clips::<B>(&real[first..first + n], &device);
+                        (noised(x0, x1, Tensor::full([n], start, &device)).0, start)
+                    }
+                };
+                let mut fresh = |step: usize| {
+                    let z: Vec<f32> = (first..first + n)
+                        .flat_map(|k| churn_noise(set, candidate, k, step))
+                        .collect();
+                    Tensor::<B, 5>::from_data(TensorData::new(z, clip_shape(n)), &device)
+                };
+                let churn = churned.then(|| Churn {
+                    eta: more.churn,
+                    fresh: &mut fresh,
+                });
+                settings.redraw_pixels_churned(model, guides, xt, start, labels, churn)
             }
         };
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
@@ -952,6 +981,10 @@ pub struct ClipGuidance<'a, B: Backend> {
     /// are still one shape), in place of the drawing's own guidance there (none: the same
     /// guidance in every frame).
     pub overlap: Option<f64>,
+    /// The share of the noise every step re-draws ([`Churn`]'s `η`, in 0..=1; 0: the plain,
+    /// deterministic walk). The fresh noise of clip `k`'s step depends on the noise set, the
+    /// candidate, `k` and the step alone ([`churn_noise`]), so a drawing is the same in any chunks.
+    pub churn: f64,
 }
 
 impl<B: Backend> Default for ClipGuidance<'_, B> {
@@ -960,6 +993,7 @@ impl<B: Backend> Default for ClipGuidance<'_, B> {
             doubles: 1.0,
             weaker: None,
             overlap: None,
+            churn: 0.0,
         }
     }
 }
@@ -1465,8 +1499,7 @@ mod tests {
         );
         let more = ClipGuidance::<Flex> {
             doubles: 2.5,
-            weaker: None,
-            overlap: None,
+            ..ClipGuidance::default()
         };
         let guides = more.guides(&[(3, 7), (1, 1), (0, 9)], 5.0, &device);
         let asked: Vec<(Vec<i64>, f64)> = guides
@@ -1728,6 +1761,40 @@ mod tests {
             );
             assert_eq!(scores[best.chosen[k]], top, "pair {k}: {scores:?}");
             assert_eq!(best.clips[k], best.candidates[best.chosen[k]][k]);
+        }
+    }
+
+    /// A churned drawing takes its fresh noise by clip and step, not by chunk: the same clips in
+    /// chunks of 1 or 3; it is not the plain drawing, and another noise set gives other clips.
+    #[test]
+    fn a_churned_drawing_is_the_same_in_any_chunks() {
+        let pairs = [(3, 7), (0, 1), (5, 5)];
+        let model = tiny_with_labels();
+        let settings = DrawSettings {
+            steps: 4,
+            guidance: 3.0,
+            shift: 1.0,
+            guidance_below: 1.0,
+            guidance_above: 1.0,
+        };
+        let churned = ClipGuidance {
+            churn: 0.6,
+            ..ClipGuidance::default()
+        };
+        let whole = draw(&model, &pairs, settings, &churned, 4, 3);
+        let single = draw(&model, &pairs, settings, &churned, 4, 1);
+        let plain = draw(&model, &pairs, settings, &ClipGuidance::default(), 4, 3);
+        let other = draw(&model, &pairs, settings, &churned, 5, 3);
+        let mad = |a: &[f32], b: &[f32]| -> f32 {
+            a.iter().zip(b).map(|(p, q)| (p - q).abs()).sum::<f32>() / a.len() as f32
+        };
+        for k in 0..pairs.len() {
+            let d = mad(&whole[k], &single[k]);
+            assert!(d < 1e-6, "clip {k}: chunks of 3 and 1 differ by {d}");
+            let d = mad(&whole[k], &plain[k]);
+            assert!(d > 1e-3, "clip {k}: churned and plain differ by only {d}");
+            let d = mad(&whole[k], &other[k]);
+            assert!(d > 1e-3, "clip {k}: noise sets 4 and 5 differ by only {d}");
         }
     }
 
