@@ -956,7 +956,7 @@ fn walk_clips<B: Backend>(
                         .collect();
                     Tensor::<B, 5>::from_data(TensorData::new(z, clip_shape(n)), &device)
                 };
-                let churn = churned.then(|| Churn {
+                let churn = churned.then_some(Churn {
                     eta: more.churn,
                     fresh: &mut fresh,
                 });
