@@ -1732,13 +1732,7 @@ mod tests {
     fn a_best_of_drawing_keeps_each_pairs_best_scored_candidate() {
         let pairs = [(3, 7), (0, 1), (5, 5)];
         let model = tiny_with_labels();
-        let settings = DrawSettings {
-            steps: 4,
-            guidance: 3.0,
-            shift: 1.0,
-            guidance_below: 1.0,
-            guidance_above: 1.0,
-        };
+        let settings = four_steps();
         let none = ClipGuidance::default();
         let best = draw_best_of(&model, &pairs, settings, &none, 4, 2, 3);
         assert_eq!(best.candidates.len(), 3);
@@ -1764,19 +1758,24 @@ mod tests {
         }
     }
 
+    /// Drawing settings for the tiny models' tests: 4 Euler steps at guidance 3, nothing else.
+    fn four_steps() -> DrawSettings {
+        DrawSettings {
+            steps: 4,
+            guidance: 3.0,
+            shift: 1.0,
+            guidance_below: 1.0,
+            guidance_above: 1.0,
+        }
+    }
+
     /// A churned drawing takes its fresh noise by clip and step, not by chunk: the same clips in
     /// chunks of 1 or 3; it is not the plain drawing, and another noise set gives other clips.
     #[test]
     fn a_churned_drawing_is_the_same_in_any_chunks() {
         let pairs = [(3, 7), (0, 1), (5, 5)];
         let model = tiny_with_labels();
-        let settings = DrawSettings {
-            steps: 4,
-            guidance: 3.0,
-            shift: 1.0,
-            guidance_below: 1.0,
-            guidance_above: 1.0,
-        };
+        let settings = four_steps();
         let churned = ClipGuidance {
             churn: 0.6,
             ..ClipGuidance::default()
