@@ -968,8 +968,8 @@ fn walk_clips<B: Backend>(
     out
 }
 
-/// Corrections beyond classifier-free guidance when drawing clips ([`Guide`]); the default adds
-/// none.
+/// Corrections beyond classifier-free guidance when drawing clips ([`Guide`]), and how stochastic
+/// the walk is ([`Churn`]); the default adds none and walks deterministically.
 pub struct ClipGuidance<'a, B: Backend> {
     /// Weight of the push away from what the model draws when asked for each digit of the pair
     /// twice, `(a, a)` and `(b, b)`: the failure where both places draw one of the two digits
