@@ -327,29 +327,17 @@ impl DrawSettings {
             let drawn = sample(model, x1, labels, self.steps, self.guidance, self.shift);
             drawn.into_data().iter::<f32>().map(to_unit).collect()
         } else {
-            self.redraw_pixels_guided(model, more, x1, 1.0, labels)
+            self.redraw_pixels_guided(model, more, x1, 1.0, labels, None)
         }
     }
 
     /// [`Self::draw_pixels_guided`] from `xt`, drawings at noise level `start` in (0, 1] (real
     /// samples noised that far, say), in `ceil(steps · start)` steps (at least one; at shift 1,
     /// the steps of the whole walk that lie below `start`), always through
-    /// [`sample_guided_from`](nervus_inference::flow::sample_guided_from); `start = 1` is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
+    /// [`sample_guided_churned`], as a stochastic walk if given a [`Churn`]; `start = 1` without
+    /// one is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
     /// values.
     pub fn redraw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
-        &self,
-        model: &M,
-        more: Vec<Guide<'_, B, M, D>>,
-        xt: Tensor<B, D>,
-        start: f64,
-        labels: Tensor<B, 2, Int>,
-    ) -> Vec<f32> {
-        self.redraw_pixels_churned(model, more, xt, start, labels, None)
-    }
-
-    /// [`Self::redraw_pixels_guided`] as a stochastic walk ([`Churn`]; none: the same thing).
-    /// Shapes: `xt [B, ..]` → `B·(the rest)` values.
-    pub fn redraw_pixels_churned<B: Backend, const D: usize, M: Velocity<B, D>>(
         &self,
         model: &M,
         more: Vec<Guide<'_, B, M, D>>,

@@ -960,7 +960,7 @@ fn walk_clips<B: Backend>(
                     eta: more.churn,
                     fresh: &mut fresh,
                 });
-                settings.redraw_pixels_churned(model, guides, xt, start, labels, churn)
+                settings.redraw_pixels_guided(model, guides, xt, start, labels, churn)
             }
         };
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
@@ -983,7 +983,7 @@ pub struct ClipGuidance<'a, B: Backend> {
     pub overlap: Option<f64>,
     /// The share of the noise every step re-draws ([`Churn`]'s `η`, in 0..=1; 0: the plain,
     /// deterministic walk). The fresh noise of clip `k`'s step depends on the noise set, the
-    /// candidate, `k` and the step alone ([`churn_noise`]), so a drawing is the same in any chunks.
+    /// candidate, `k` and the step alone (`churn_noise`), so a drawing is the same in any chunks.
     pub churn: f64,
 }
 
