@@ -91,6 +91,11 @@ struct Args {
     /// quarters of them above 0.5).
     #[arg(long, default_value = "uniform", value_parser = TimeSampling::NAMES)]
     time_sampling: String,
+    /// Weight λ of the double contrast in training: each labelled clip of two different digits
+    /// at noise ≥ 0.5 is also scored with one of its doubles' labels, and a double that explains
+    /// it nearly as well as its own pair costs up to λ times its flow loss (0: flow matching alone).
+    #[arg(long, default_value_t = 0.0)]
+    double_contrast: f64,
     #[arg(long, default_value_t = 250)]
     eval_every: usize,
     /// Fixed validation clips (each at 8 noise levels).
@@ -251,6 +256,12 @@ fn main() -> Result<()> {
         && !g0.is_finite()
     {
         bail!("--overlap-guidance must be a number, not {g0}");
+    }
+    if !(args.double_contrast >= 0.0 && args.double_contrast.is_finite()) {
+        bail!(
+            "--double-contrast is a weight, 0 or more, not {}",
+            args.double_contrast
+        );
     }
     if !(0.0..=1.0).contains(&args.churn) {
         bail!(
@@ -546,6 +557,7 @@ fn main() -> Result<()> {
         eval_clips: args.eval_clips,
         label_dropout: args.label_dropout,
         time: TimeSampling::parse(&args.time_sampling).map_err(anyhow::Error::msg)?,
+        double_contrast: args.double_contrast,
         draw: settings,
         judge_every: args.judge_every,
         save: Some(args.save.clone()),

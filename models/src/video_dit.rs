@@ -18,6 +18,7 @@ use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
 use crate::regroup::{Axis, Grouping};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
+use burn::tensor::activation::softplus;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use serde::{Deserialize, Serialize};
@@ -194,19 +195,106 @@ impl<B: Backend> VideoDit<B> {
     }
 }
 
+/// The sharpness of the double contrast: a clip whose double costs `d` more than its own pair
+/// scores `softplus(−DOUBLE_SCALE·d) / DOUBLE_SCALE`, so at `d` = 0.005 the odds are e to 1.
+pub const DOUBLE_SCALE: f64 = 200.0;
+
+/// A training batch of clips: the flow-matching batch and, for the clips whose pair is to be told
+/// apart from its double, the double's labels (`[a, a]` or `[b, b]` for a clip of `a` and `b`).
+#[derive(Clone, Debug)]
+pub struct ClipBatch<B: Backend> {
+    pub flow: FlowBatch<B, 5>,
+    /// One entry per clip: the double to contrast it with, or `None`.
+    pub doubles: Vec<Option<[i64; 2]>>,
+    /// λ, the contrast's weight; 0 is plain flow matching.
+    pub double_contrast: f64,
+}
+
+impl<B: Backend> From<FlowBatch<B, 5>> for ClipBatch<B> {
+    /// Plain flow matching: nothing contrasted.
+    fn from(flow: FlowBatch<B, 5>) -> Self {
+        let n = flow.t.dims()[0];
+        Self {
+            flow,
+            doubles: vec![None; n],
+            double_contrast: 0.0,
+        }
+    }
+}
+
+impl<B: Backend> VideoDit<B> {
+    /// The loss training minimises, and the flow loss inside it (what a step reports):
+    ///
+    /// `flow + λ/B · Σ_k softplus_s(L_k − D_k)`, the sum over the contrasted clips `k`, where
+    /// `L_k` is clip `k`'s flow loss with its own labels, `D_k` with its double's (same noised
+    /// clip, same level), `softplus_s(u) = ln(1 + e^{s·u})/s` with `s` = [`DOUBLE_SCALE`], and `B`
+    /// the batch's clips (not the contrasted ones', so a batch cut into parts sums to the same).
+    /// It asks the model to find a clip of `a` and `b` worse explained by "two `a`s" than by "an
+    /// `a` and a `b`", the difference it barely makes on its own. Shapes: clips `[B, F, C, H, W]`
+    /// → two `[1]`.
+    pub fn training_loss(&self, batch: ClipBatch<B>) -> (Tensor<B, 1>, Tensor<B, 1>) {
+        let ClipBatch {
+            flow,
+            doubles,
+            double_contrast,
+        } = batch;
+        let b = flow.t.dims()[0];
+        assert_eq!(doubles.len(), b, "one double (or none) per clip");
+        let picked: Vec<(usize, [i64; 2])> = doubles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.map(|d| (i, d)))
+            .collect();
+        if double_contrast == 0.0 || picked.is_empty() {
+            // Plain flow matching, to the bit as before the contrast existed.
+            let loss = self.flow_loss(flow);
+            return (loss.clone(), loss);
+        }
+        let (xt, target) = noised(flow.x, flow.noise, flow.t.clone());
+        let t = flow.t * 1000.0;
+        let own = mse_per_sample(
+            self.forward(xt.clone(), t.clone(), flow.labels),
+            target.clone(),
+        );
+        let loss = own.clone().mean();
+        let device = xt.device();
+        let k = picked.len();
+        let index = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(picked.iter().map(|(i, _)| *i as i64).collect(), [k]),
+            &device,
+        );
+        let labels = Tensor::<B, 2, Int>::from_data(
+            TensorData::new(picked.iter().flat_map(|(_, d)| *d).collect(), [k, 2]),
+            &device,
+        );
+        let double = mse_per_sample(
+            self.forward(
+                xt.select(0, index.clone()),
+                t.select(0, index.clone()),
+                labels,
+            ),
+            target.select(0, index.clone()),
+        );
+        let margin = own.select(0, index) - double;
+        let contrast = softplus(margin, DOUBLE_SCALE).sum() * (double_contrast / b as f64);
+        (loss.clone() + contrast, loss)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for VideoDit<B> {
-    type Input = FlowBatch<B, 5>;
+    type Input = ClipBatch<B>;
     type Output = LossOutput<B::InnerBackend>;
 
-    fn step(&self, batch: FlowBatch<B, 5>) -> TrainOutput<LossOutput<B::InnerBackend>> {
-        let count = batch.x.dims().iter().product();
-        let loss = self.flow_loss(batch);
-        let grads = loss.backward();
+    /// Reports the flow loss alone; the gradient is the training loss's, contrast included.
+    fn step(&self, batch: ClipBatch<B>) -> TrainOutput<LossOutput<B::InnerBackend>> {
+        let count = batch.flow.x.dims().iter().product();
+        let (training, flow) = self.training_loss(batch);
+        let grads = training.backward();
         TrainOutput::new(
             self,
             grads,
             LossOutput {
-                loss: loss.inner(),
+                loss: flow.inner(),
                 count,
             },
         )
@@ -267,6 +355,21 @@ mod tests {
             .map(|(k, mut t)| {
                 let mut r = xorshift(seed + k as u64);
                 t.data.iter_mut().for_each(|v| *v = r() as f32 * 0.5);
+                (t.name.clone(), t)
+            })
+            .collect();
+        crate::named::import(model, tensors, std::path::Path::new("test")).expect("import")
+    }
+
+    /// The label tables scaled by `f`, so that labels change the loss a little, as a trained
+    /// model's do, and a contrast on them is neither flat nor a straight line.
+    fn quiet_labels<B: Backend>(model: VideoDit<B>, f: f64) -> VideoDit<B> {
+        let tensors: std::collections::HashMap<_, _> = crate::named::export(&model)
+            .into_iter()
+            .map(|mut t| {
+                if t.name.ends_with("embedding_table.weight") {
+                    t.data.iter_mut().for_each(|v| *v *= f as f32);
+                }
                 (t.name.clone(), t)
             })
             .collect();
@@ -522,7 +625,7 @@ mod tests {
             labels: labels.clone(),
         };
         let values = 2 * 3 * 8 * 8;
-        let out = TrainStep::step(&model, batch());
+        let out = TrainStep::step(&model, batch().into());
         assert_eq!(out.item.count, values);
         assert_close("train step loss", &to_vec(out.item.loss), &[by_hand], 1e-12);
         let inner = burn::module::AutodiffModule::valid(&model);
@@ -538,5 +641,129 @@ mod tests {
         );
         assert_eq!(out.count, values);
         assert_close("eval step loss", &to_vec(out.loss), &[by_hand], 1e-12);
+    }
+
+    /// Two clips (values of standard deviation 3, noise levels 0.55 and 0.85), the first to be
+    /// contrasted with (2, 2), the second with (5, 5).
+    fn contrast_batch<B: Backend>(
+        shape: [usize; 5],
+        labels: [[i64; 2]; 2],
+        contrast: f64,
+    ) -> ClipBatch<B> {
+        let dev = Default::default();
+        let n = shape.iter().product::<usize>();
+        let values = |seed, std| {
+            Tensor::<B, 1>::from_data(
+                TensorData::new(crate::compare::randn(seed, n, std), [n]),
+                &dev,
+            )
+            .reshape(shape)
+        };
+        ClipBatch {
+            flow: FlowBatch {
+                x: values(21, 3.0),
+                noise: values(22, 1.0),
+                t: Tensor::from_data([0.55, 0.85], &dev),
+                labels: Tensor::from_data(labels, &dev),
+            },
+            doubles: vec![Some([2, 2]), Some([5, 5])],
+            double_contrast: contrast,
+        }
+    }
+
+    /// The contrasted loss is the flow loss plus λ/B times the summed softplus of each contrasted
+    /// clip's own loss minus its double's, each of those the clip's flow loss with those labels.
+    #[test]
+    fn the_double_contrast_adds_the_softplus_of_each_contrasted_clips_margin() {
+        let c = small(Attention::Factorised);
+        let model = quiet_labels(scrambled::<TB>(&c, 8), 0.01);
+        let shape = [2, c.frames, 1, c.sample_size, c.sample_size];
+        let mut batch = contrast_batch::<TB>(shape, [[2, 6], [5, 8]], 0.7);
+        // Only the first clip is contrasted.
+        batch.doubles[1] = None;
+        let per_clip = |labels| {
+            to_vec(model.flow_loss_per_clip(contrast_batch::<TB>(shape, labels, 0.0).flow))
+        };
+        let (own, double) = (per_clip([[2, 6], [5, 8]]), per_clip([[2, 2], [5, 8]]));
+        let flow_loss = to_vec(model.flow_loss(batch.flow.clone()))[0];
+        let s = DOUBLE_SCALE;
+        let margin = own[0] - double[0];
+        assert!(
+            (0.05..5.0).contains(&(s * margin).abs()),
+            "s·margin {}",
+            s * margin
+        );
+        let by_hand = flow_loss + 0.7 / 2.0 * (1.0 + (s * margin).exp()).ln() / s;
+        let (total, reported) = model.training_loss(batch.clone());
+        assert_close("reported flow loss", &to_vec(reported), &[flow_loss], 1e-12);
+        assert_close("training loss", &to_vec(total), &[by_hand], 1e-12);
+        // λ = 0, or nothing contrasted: the flow loss itself, to the bit.
+        let mut off = batch.clone();
+        off.double_contrast = 0.0;
+        for batch in [off, ClipBatch::from(batch.flow)] {
+            let (total, reported) = model.training_loss(batch);
+            assert_eq!(to_vec(total), [flow_loss]);
+            assert_eq!(to_vec(reported), [flow_loss]);
+        }
+    }
+
+    /// The contrast's gradient, by autodiff, against a central difference of the training loss
+    /// along a random direction in the output layer's weights, and it is not the plain flow
+    /// loss's gradient. Scrambled model, clip values of standard deviation 3, label tables scaled
+    /// down so that each clip's margin times the scale is about ±1, where the softplus bends (a
+    /// missing `s` or `λ` shows).
+    #[test]
+    fn the_double_contrasts_gradient_matches_a_numerical_difference() {
+        let c = small(Attention::Factorised);
+        let model = quiet_labels(scrambled::<AB>(&c, 9), 0.01);
+        let shape = [2, c.frames, 1, c.sample_size, c.sample_size];
+        let inner = burn::module::AutodiffModule::valid(&model);
+        let per_clip = |labels| {
+            to_vec(inner.flow_loss_per_clip(contrast_batch::<TB>(shape, labels, 0.0).flow))
+        };
+        let (own, double) = (per_clip([[2, 6], [5, 8]]), per_clip([[2, 2], [5, 5]]));
+        for k in 0..2 {
+            let bend = DOUBLE_SCALE * (own[k] - double[k]);
+            assert!(
+                (0.05..5.0).contains(&bend.abs()),
+                "clip {k}: s·margin {bend} is where the softplus is flat or straight"
+            );
+        }
+        let weight = inner.proj_out_2.weight.val();
+        let dims = weight.dims();
+        let direction = Tensor::<TB, 1>::from_data(
+            TensorData::new(
+                crate::compare::randn(23, dims[0] * dims[1], 1.0),
+                [dims[0] * dims[1]],
+            ),
+            &Default::default(),
+        )
+        .reshape(dims);
+        let along = |contrast: f64| {
+            let grads = model
+                .training_loss(contrast_batch::<AB>(shape, [[2, 6], [5, 8]], contrast))
+                .0
+                .backward();
+            let g = model.proj_out_2.weight.grad(&grads).expect("a gradient");
+            to_vec((g * direction.clone()).sum())[0]
+        };
+        let autodiff = along(1.3);
+        let h = 1e-5;
+        let at = |step: f64| {
+            let mut m = inner.clone();
+            m.proj_out_2.weight =
+                burn::module::Param::from_tensor(weight.clone() + direction.clone() * step);
+            to_vec(
+                m.training_loss(contrast_batch::<TB>(shape, [[2, 6], [5, 8]], 1.3))
+                    .0,
+            )[0]
+        };
+        let numeric = (at(h) - at(-h)) / (2.0 * h);
+        assert_close("directional derivative", &[autodiff], &[numeric], 1e-6);
+        let plain = along(0.0);
+        assert!(
+            (plain - autodiff).abs() > 1e-3 * autodiff.abs(),
+            "the contrast moves the gradient: {plain} vs {autodiff}"
+        );
     }
 }

@@ -181,7 +181,7 @@ pub fn trace<B: AutodiffBackend>(
     for i in 0..opts.steps {
         let batch = <ClipSource as BatchSource<B>>::batch(&source, 1, i, device);
         // What the model's `TrainStep` does, with the raw gradients kept for reading out.
-        let loss = model.flow_loss(batch);
+        let loss = model.flow_loss(batch.flow);
         losses.push(loss.clone().into_scalar().elem::<f64>());
         let raw = loss.backward();
         if i == 0 {

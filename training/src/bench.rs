@@ -201,5 +201,5 @@ pub fn video_steps_per_sec<B: AutodiffBackend>(
         labels: Tensor::random([batch, 2], Distribution::Uniform(0.0, 10.0), device),
     };
     let model = config.init::<B>(device);
-    flow_steps_per_sec(model, steps, b, parts, device)
+    flow_steps_per_sec(model, steps, b.into(), parts, device)
 }

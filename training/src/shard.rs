@@ -124,6 +124,20 @@ impl<B: Backend, const D: usize> Shard for FlowBatch<B, D> {
     }
 }
 
+impl<B: Backend> Shard for nervus_models::video_dit::ClipBatch<B> {
+    fn items(&self) -> usize {
+        self.flow.items()
+    }
+
+    fn part(&self, start: usize, len: usize) -> Self {
+        Self {
+            flow: self.flow.part(start, len),
+            doubles: self.doubles[start..start + len].to_vec(),
+            double_contrast: self.double_contrast,
+        }
+    }
+}
+
 impl<B: Backend> Shard for LmBatch<B> {
     fn items(&self) -> usize {
         self.inputs.dims()[0]

@@ -33,7 +33,7 @@ use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
 use nervus_models::flow::Velocity;
 use nervus_models::flow::{FlowBatch, noised};
 use nervus_models::mlp::Mlp;
-use nervus_models::video_dit::VideoDit;
+use nervus_models::video_dit::{ClipBatch, VideoDit};
 use nervus_models::video_pipeline;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -80,7 +80,13 @@ pub struct ClipSource {
     time: TimeSampling,
     null: i64,
     epochs: Vec<usize>,
+    double_contrast: f64,
 }
+
+/// The lowest noise level at which a clip is contrasted with its double: below it the clip shows
+/// its digits and a label changes the loss by a fiftieth of what it does above (measured on the
+/// 8-block model, `docs/video/preregistered-high-noise.md`).
+pub const CONTRAST_FROM: f32 = 0.5;
 
 impl ClipSource {
     pub fn new(
@@ -100,12 +106,22 @@ impl ClipSource {
             time,
             null: classes as i64,
             epochs,
+            double_contrast: 0.0,
         }
+    }
+
+    /// Contrast each clip of two different digits, labelled and at a noise level of at least
+    /// [`CONTRAST_FROM`], with one of its doubles chosen at random, at weight `lambda`
+    /// ([`VideoDit::training_loss`]). At 0 (the default) the batches are those of a source without
+    /// the option, to the bit.
+    pub fn with_double_contrast(mut self, lambda: f64) -> Self {
+        self.double_contrast = lambda;
+        self
     }
 }
 
 impl<B: Backend> BatchSource<B> for ClipSource {
-    type Batch = FlowBatch<B, 5>;
+    type Batch = ClipBatch<B>;
 
     fn batches(&self, epoch: usize) -> usize {
         crate::loader::batches_in(&self.epochs, epoch)
@@ -115,23 +131,38 @@ impl<B: Backend> BatchSource<B> for ClipSource {
         self.batch
     }
 
-    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> FlowBatch<B, 5> {
+    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> ClipBatch<B> {
         let n = crate::loader::run_index(&self.epochs, epoch, index);
         let mut rng = Rng::stream(self.seed, n as u64);
-        let (mut x, mut noise, mut t, mut labels) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut x, mut noise, mut t, mut labels, mut doubles) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..self.batch {
             let clip = self.clips.random(&mut rng);
             x.extend(clip.pixels.iter().map(|&v| to_model(v)));
-            if rng.uniform() < self.label_dropout {
+            let dropped = rng.uniform() < self.label_dropout;
+            if dropped {
                 labels.extend([self.null, self.null]);
             } else {
                 labels.extend(clip.digits.map(|d| d as i64));
             }
-            t.push(self.time.draw(&mut rng));
+            let level = self.time.draw(&mut rng);
+            t.push(level);
+            let [a, b] = clip.digits.map(|d| d as i64);
+            doubles.push(
+                (self.double_contrast != 0.0 && !dropped && a != b && level >= CONTRAST_FROM).then(
+                    || {
+                        let d = if rng.uniform() < 0.5 { a } else { b };
+                        [d, d]
+                    },
+                ),
+            );
             noise.extend((0..CLIP).map(|_| rng.normal() as f32));
         }
-        flow_batch(x, noise, t, labels, clip_shape(self.batch), device)
+        ClipBatch {
+            flow: flow_batch(x, noise, t, labels, clip_shape(self.batch), device),
+            doubles,
+            double_contrast: self.double_contrast,
+        }
     }
 }
 
@@ -1120,6 +1151,9 @@ pub struct VideoSettings {
     pub seed: u64,
     pub label_dropout: f64,
     pub time: TimeSampling,
+    /// The double contrast's weight λ (runs older than it: 0).
+    #[serde(default)]
+    pub double_contrast: f64,
     pub draw: DrawSettings,
     pub backend: String,
     pub step: usize,
@@ -1146,6 +1180,9 @@ pub struct VideoOptions {
     pub eval_clips: usize,
     pub label_dropout: f64,
     pub time: TimeSampling,
+    /// λ of the double contrast ([`ClipSource::with_double_contrast`]); 0 trains by flow
+    /// matching alone.
+    pub double_contrast: f64,
     pub draw: DrawSettings,
     /// Judge all 55 pairs at every checkpoint (else only the showcase pairs, and all 55 at the end).
     pub judge_every: bool,
@@ -1346,6 +1383,7 @@ pub fn train<B: AutodiffBackend>(
         seed: opts.seed,
         label_dropout: opts.label_dropout,
         time: opts.time,
+        double_contrast: opts.double_contrast,
         draw: opts.draw,
         backend: crate::backend::NAME.into(),
         step: 0,
@@ -1379,7 +1417,8 @@ pub fn train<B: AutodiffBackend>(
         opts.time,
         classes,
         crate::loader::epoch_lengths(opts.steps, opts.eval_every),
-    );
+    )
+    .with_double_contrast(opts.double_contrast);
     let run = RunConfig {
         dir: opts.run_dir.clone(),
         epochs: source.epochs.len(),
@@ -1427,6 +1466,66 @@ mod tests {
             assert_ne!(draw_noise(set, 3), old, "set {set}");
             assert_ne!(draw_noise(set, 3), draw_noise(set + 1, 3), "set {set}");
         }
+    }
+
+    /// A contrasting source gives a clip a double only where it may (labelled, two different
+    /// digits, noise level at least 0.5), and then one of that clip's own doubles, both kinds
+    /// turning up; without the option no clip has one.
+    #[test]
+    fn a_contrasting_source_picks_each_double_from_the_clips_own_digits() {
+        type F = burn::backend::Flex;
+        let data = Mnist::vendored();
+        let clips = Arc::new(Clips::new(&data.test));
+        let source = |lambda| {
+            ClipSource::new(
+                clips.clone(),
+                48,
+                3,
+                0.2,
+                TimeSampling::Uniform,
+                10,
+                vec![4],
+            )
+            .with_double_contrast(lambda)
+        };
+        let (on, off) = (source(0.8), source(0.0));
+        let dev = Default::default();
+        let (mut firsts, mut seconds, mut allowed) = (0, 0, 0);
+        for i in 0..4 {
+            let a: ClipBatch<F> = on.batch(0, i, &dev);
+            let b: ClipBatch<F> = off.batch(0, i, &dev);
+            assert_eq!(a.double_contrast, 0.8);
+            assert!(
+                b.doubles.iter().all(Option::is_none),
+                "no contrast, no doubles"
+            );
+            let first = |batch: &ClipBatch<F>| batch.flow.x.clone().narrow(0, 0, 1).into_data();
+            assert_eq!(first(&a), first(&b), "the same clips are drawn");
+            let labels: Vec<i64> = a.flow.labels.clone().into_data().iter::<i64>().collect();
+            let t: Vec<f32> = a.flow.t.clone().into_data().iter::<f32>().collect();
+            for (k, double) in a.doubles.iter().enumerate() {
+                let (x, y) = (labels[2 * k], labels[2 * k + 1]);
+                let may = x != 10 && x != y && t[k] >= CONTRAST_FROM;
+                allowed += usize::from(may);
+                match double {
+                    None => assert!(!may, "clip {k} ({x}, {y}) at {} has no double", t[k]),
+                    Some(d) => {
+                        assert!(may, "clip {k} ({x}, {y}) at {} has {d:?}", t[k]);
+                        assert!(*d == [x, x] || *d == [y, y], "({x}, {y}) got {d:?}");
+                        firsts += usize::from(d[0] == x);
+                        seconds += usize::from(d[0] == y);
+                    }
+                }
+            }
+        }
+        assert!(
+            allowed > 40,
+            "most batches have contrasted clips: {allowed}"
+        );
+        assert!(
+            firsts > 5 && seconds > 5,
+            "both doubles: {firsts} and {seconds}"
+        );
     }
 
     #[test]

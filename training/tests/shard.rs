@@ -14,7 +14,7 @@ use nervus_models::flow::FlowBatch;
 use nervus_models::gpt::{GptConfig, LmBatch};
 use nervus_models::mlp::{ClassBatch, MlpConfig};
 use nervus_models::named;
-use nervus_models::video_dit::VideoDitConfig;
+use nervus_models::video_dit::{ClipBatch, VideoDitConfig};
 use nervus_training::shard::{self, Merge, Shard, ranges};
 use std::collections::HashMap;
 
@@ -149,8 +149,16 @@ fn video_dit_parts_give_the_whole_batch_gradient() {
         labels: Tensor::from_data([[3, 7], [1, 10], [0, 0], [9, 2], [10, 10]], &dev),
     };
     let loss = |o: &nervus_models::output::LossOutput<_>| o.loss.clone().into_scalar();
+    // Plain flow matching, and with two clips contrasted with their doubles: some parts then
+    // hold contrasted clips and some none, and the contrast is still the whole batch's.
+    let contrasted = ClipBatch {
+        flow: batch.clone(),
+        doubles: vec![Some([3, 3]), None, None, Some([2, 2]), None],
+        double_contrast: 1.3,
+    };
     for parts in [2, 3, 5] {
-        check("video DiT", &model, batch.clone(), parts, loss);
+        check("video DiT", &model, batch.clone().into(), parts, loss);
+        check("contrasted", &model, contrasted.clone(), parts, loss);
     }
 }
 

@@ -59,6 +59,7 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
         eval_clips: 2,
         label_dropout: 0.1,
         time: TimeSampling::Uniform,
+        double_contrast: 0.0,
         draw: DrawSettings {
             steps: 1,
             guidance: 2.0,
