@@ -348,28 +348,32 @@ mod tests {
     /// Scrambles every parameter (the adaLN maps and the output start at zero, which would hide
     /// nearly everything).
     fn scrambled<B: Backend>(config: &VideoDitConfig, seed: u64) -> VideoDit<B> {
-        let model = config.init::<B>(&Default::default());
-        let tensors: std::collections::HashMap<_, _> = crate::named::export(&model)
-            .into_iter()
-            .enumerate()
-            .map(|(k, mut t)| {
-                let mut r = xorshift(seed + k as u64);
-                t.data.iter_mut().for_each(|v| *v = r() as f32 * 0.5);
-                (t.name.clone(), t)
-            })
-            .collect();
-        crate::named::import(model, tensors, std::path::Path::new("test")).expect("import")
+        map_params(config.init::<B>(&Default::default()), |k, _, data| {
+            let mut r = xorshift(seed + k as u64);
+            data.iter_mut().for_each(|v| *v = r() as f32 * 0.5);
+        })
     }
 
     /// The label tables scaled by `f`, so that labels change the loss a little, as a trained
     /// model's do, and a contrast on them is neither flat nor a straight line.
     fn quiet_labels<B: Backend>(model: VideoDit<B>, f: f64) -> VideoDit<B> {
+        map_params(model, |_, name, data| {
+            if name.ends_with("embedding_table.weight") {
+                data.iter_mut().for_each(|v| *v *= f as f32);
+            }
+        })
+    }
+
+    /// The model with `edit(k, name, values)` applied to its `k`-th named parameter.
+    fn map_params<B: Backend>(
+        model: VideoDit<B>,
+        mut edit: impl FnMut(usize, &str, &mut [f32]),
+    ) -> VideoDit<B> {
         let tensors: std::collections::HashMap<_, _> = crate::named::export(&model)
             .into_iter()
-            .map(|mut t| {
-                if t.name.ends_with("embedding_table.weight") {
-                    t.data.iter_mut().for_each(|v| *v *= f as f32);
-                }
+            .enumerate()
+            .map(|(k, mut t)| {
+                edit(k, &t.name, &mut t.data);
                 (t.name.clone(), t)
             })
             .collect();

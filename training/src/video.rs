@@ -139,15 +139,15 @@ impl<B: Backend> BatchSource<B> for ClipSource {
         for _ in 0..self.batch {
             let clip = self.clips.random(&mut rng);
             x.extend(clip.pixels.iter().map(|&v| to_model(v)));
+            let [a, b] = clip.digits.map(|d| d as i64);
             let dropped = rng.uniform() < self.label_dropout;
             if dropped {
                 labels.extend([self.null, self.null]);
             } else {
-                labels.extend(clip.digits.map(|d| d as i64));
+                labels.extend([a, b]);
             }
             let level = self.time.draw(&mut rng);
             t.push(level);
-            let [a, b] = clip.digits.map(|d| d as i64);
             doubles.push(
                 (self.double_contrast != 0.0 && !dropped && a != b && level >= CONTRAST_FROM).then(
                     || {
