@@ -6,7 +6,7 @@
 //! cargo run --release --example video -- --resume                       # continue a stopped run
 //! cargo run --release --example video -- --load out/video/model --steps 0 --guidance 4 --pairs 3-7,0-1
 //! cargo run --release --example video -- --load out/video/model --steps 0 \
-//!     --average out/video/train/checkpoint/model-11.mpk out/video/train/checkpoint/model-12.mpk
+//!     --average out/video/train/checkpoint/model-12.mpk   # the run's last weights, not its best
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -112,7 +112,8 @@ struct Args {
     load: Option<PathBuf>,
     /// With --steps 0: draw with the mean of these checkpoint files' weights (the learner's
     /// `model-N.mpk`, of the --load pipeline's architecture) instead; the averaged pipeline is
-    /// saved in <out>/model-averaged.
+    /// saved in <out>/model-averaged. A run keeps only its latest checkpoint: copy earlier ones
+    /// aside while it runs to average several.
     #[arg(long, num_args = 1..)]
     average: Vec<PathBuf>,
     /// Continue the run stopped in --out (weights, optimizer, schedule and data position).
