@@ -228,7 +228,8 @@ fn norm(v: impl Iterator<Item = f64>) -> f64 {
     v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
-/// Compares `tested` with `reference`. Every limit is tested with [`within`], so a NaN fails.
+/// Compares `tested` with `reference`. Every limit is tested by the private `within`, which is
+/// false on NaN, so a NaN fails.
 pub fn compare(reference: &Trace, tested: &Trace, tol: Tolerances) -> CheckReport {
     let mut failures = Vec::new();
     if reference.losses.len() != tested.losses.len() {
