@@ -43,6 +43,10 @@ struct Args {
     /// Windows per step.
     #[arg(long, default_value_t = 16)]
     batch: usize,
+    /// Threads each batch is cut across, run side by side (the result is the whole batch's
+    /// gradient; the CPU backends default to 2, a GPU to 1).
+    #[arg(long, default_value_t = backend::PARTS)]
+    parts: usize,
     /// Peak learning rate (AdamW).
     #[arg(long, default_value_t = 0.003)]
     lr: f64,
@@ -235,6 +239,7 @@ fn main() -> Result<()> {
         model: model_config.clone(),
         steps: args.steps,
         batch: args.batch,
+        parts: args.parts,
         lr: args.lr,
         warmup,
         decay_to: args.decay_to,

@@ -130,6 +130,22 @@ impl<B: Backend> CausalSelfAttention<B> {
     /// Shapes: `x [B, T, C]` → `[B, T, C]`; position `i` sees positions `0..=i`, and with
     /// `doc_mask [B, T, T]` (true where a key is in another document) only those of its document.
     pub fn forward(&self, x: Tensor<B, 3>, doc_mask: Option<Tensor<B, 3, Bool>>) -> Tensor<B, 3> {
+        let plain =
+            self.q_norm.is_none() && self.rope_base.is_none() && self.kv_heads == self.heads;
+        if plain && doc_mask.is_none() {
+            // GPT-2's attention: one fused op from the packed projection to the merged heads.
+            let [b, t, c] = x.dims();
+            let qkv = self
+                .c_attn
+                .forward(x.reshape([b * t, c]))
+                .reshape([b, t, 3 * c]);
+            let scale = 1.0 / ((c / self.heads) as f64).sqrt();
+            let y = crate::fused::packed_attention(qkv, self.heads, scale, true);
+            return self
+                .c_proj
+                .forward(y.reshape([b * t, c]))
+                .reshape([b, t, c]);
+        }
         let (q, k, v) = self.qkv(x, 0);
         self.attend(q, k, v, 0, doc_mask)
     }
@@ -157,7 +173,11 @@ impl<B: Backend> CausalSelfAttention<B> {
         let [b, t, c] = x.dims();
         let d = c / self.heads;
         let kvd = self.kv_heads * d;
-        let qkv = self.c_attn.forward(x); // [B, T, C + 2·KV·D]
+        let width = c + 2 * kvd;
+        let qkv = self
+            .c_attn
+            .forward(x.reshape([b * t, c]))
+            .reshape([b, t, width]); // [B, T, C + 2·KV·D]
         let mut parts = qkv.split_with_sizes(vec![c, kvd, kvd], 2).into_iter();
         let mut heads = |n: usize| {
             parts
@@ -206,21 +226,45 @@ impl<B: Backend> CausalSelfAttention<B> {
         let [b, h, tq, d] = q.dims();
         let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
         let tk = k.dims()[2];
+        let scale = 1.0 / (d as f64).sqrt();
+        let y = match doc_mask {
+            // One fused op over the `B·H` (sequence, head) pairs.
+            None => crate::fused::attention(
+                q.reshape([b * h, tq, d]),
+                k.reshape([b * h, tk, d]),
+                v.reshape([b * h, tk, d]),
+                scale,
+                Some(offset),
+            )
+            .reshape([b, h, tq, d]),
+            Some(doc) => Self::attend_masked(q, k, v, offset, doc),
+        };
+        let y = y.swap_dims(1, 2).reshape([b * tq, h * d]); // [B·Tq, C]
+        self.c_proj.forward(y).reshape([b, tq, h * d])
+    }
+
+    /// The composed attention with a document mask besides the causal one. Shapes: `q`, `k`, `v`
+    /// `[B, H, T, D]` → `[B, H, Tq, D]`.
+    fn attend_masked(
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        offset: usize,
+        doc: Tensor<B, 3, Bool>,
+    ) -> Tensor<B, 4> {
+        let [b, h, tq, d] = q.dims();
+        let tk = k.dims()[2];
         // Times 1/√d rather than divided by √d: Burn 0.21's autodiff forms the gradient of a
         // division by a scalar in f32 (`1.0 / s.elem::<f32>()`), ~3e-8 off on an f64 backend,
         // while a product keeps the backend's precision (found by the parity test in
         // reference/modern_attention.rs, at d = 2).
         let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (d as f64).sqrt()); // [B, H, Tq, Tk]
         // Key j is in the future of query i when j > offset + i.
-        let mut masked = Tensor::<B, 2, Bool>::tril_mask([tq, tk], offset as i64, &scores.device())
+        let masked = Tensor::<B, 2, Bool>::tril_mask([tq, tk], offset as i64, &scores.device())
             .unsqueeze::<4>()
-            .expand([b, h, tq, tk]);
-        if let Some(doc) = doc_mask {
-            masked = masked.bool_or(doc.unsqueeze_dim::<4>(1).expand([b, h, tq, tk]));
-        }
+            .expand([b, h, tq, tk])
+            .bool_or(doc.unsqueeze_dim::<4>(1).expand([b, h, tq, tk]));
         let weights = softmax(scores.mask_fill(masked, f32::NEG_INFINITY), 3);
-        let y = weights.matmul(v); // [B, H, Tq, D]
-        let y = y.swap_dims(1, 2).reshape([b, tq, h * d]); // [B, Tq, C]
-        self.c_proj.forward(y)
+        weights.matmul(v) // [B, H, Tq, D]
     }
 }

@@ -42,12 +42,20 @@ impl<B: Backend> Block<B> {
     /// Shapes: `[B, T, C]` → `[B, T, C]`; `doc_mask [B, T, T]` keeps attention inside documents.
     pub fn forward(&self, x: Tensor<B, 3>, doc_mask: Option<Tensor<B, 3, Bool>>) -> Tensor<B, 3> {
         let x = x.clone() + self.attn.forward(self.ln_1.forward(x), doc_mask);
-        x.clone() + self.mlp.forward(self.ln_2.forward(x))
+        x.clone() + self.mlp_rows(x)
+    }
+
+    /// The MLP branch on the tokens as rows `[B·T, C]`: each weight's gradient is then one matrix
+    /// product, where Burn's `Linear` on `[B, T, C]` makes `B` small ones and sums them.
+    fn mlp_rows(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, t, c] = x.dims();
+        let h = self.ln_2.forward(x).reshape([b * t, c]);
+        self.mlp.forward(h).reshape([b, t, c])
     }
 
     /// Shapes: `[B, T_new, C]` → `[B, T_new, C]`, continuing the sequence `cache` holds.
     pub fn forward_cached(&self, x: Tensor<B, 3>, cache: &mut KvCache<B>) -> Tensor<B, 3> {
         let x = x.clone() + self.attn.forward_cached(self.ln_1.forward(x), cache);
-        x.clone() + self.mlp.forward(self.ln_2.forward(x))
+        x.clone() + self.mlp_rows(x)
     }
 }

@@ -5,7 +5,6 @@
 
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 
 #[derive(Config, Debug)]
 pub struct DitAttentionConfig {
@@ -81,8 +80,8 @@ impl<B: Backend> DitAttention<B> {
                 project(&self.to_k),
                 project(&self.to_v),
             );
-            let weights = softmax(q.matmul(k.swap_dims(1, 2)) * scale, 2); // [G, L, L]
-            let y = weights.matmul(v).reshape([g * l, d]);
+            // softmax(q·kᵀ·scale)·v, one fused op where the backend has it.
+            let y = crate::fused::attention(q, k, v, scale, None).reshape([g * l, d]);
             let read = y.matmul(self.to_out.weight.val().slice([cols, 0..c]));
             out = Some(match out {
                 Some(sum) => sum + read,

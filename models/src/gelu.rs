@@ -14,16 +14,15 @@
 
 use burn::prelude::*;
 
-const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+pub(crate) const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
 /// Largest exponent passed to `exp`: `e^80 ≈ 5.5e34`, well inside f32.
 pub(crate) const EXP_CLAMP: f64 = 80.0;
 
-/// Shapes: any → the same.
+/// Shapes: any → the same. One fused op with its own backward where the backend has it
+/// ([`crate::fused::gelu_tanh`]), else the composed formula above.
 pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let cube = x.clone() * x.clone() * x.clone();
-    let minus_2z = (x.clone() + cube * 0.044_715) * (-2.0 * SQRT_2_OVER_PI);
-    x / (minus_2z.clamp_max(EXP_CLAMP).exp() + 1.0)
+    crate::fused::gelu_tanh(x)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod dit_block;
 pub mod feed_forward;
 pub mod flow;
 pub mod frame_embed;
+pub mod fused;
 pub mod gelu;
 pub mod gpt;
 pub mod gpt2;

@@ -44,24 +44,14 @@ impl<B: Backend> Norm<B> {
     }
 
     /// Shapes: `[.., C]` → `[.., C]`.
+    /// One fused op with its own backward where the backend has it ([`crate::fused::norm`]).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let normed = match self.kind {
-            NormKind::LayerNorm => {
-                let centred = x.clone() - x.mean_dim(D - 1);
-                let var = centred.clone().square().mean_dim(D - 1);
-                centred / (var + self.eps).sqrt()
-            }
-            NormKind::RmsNorm => {
-                let ms = x.clone().square().mean_dim(D - 1);
-                x / (ms + self.eps).sqrt()
-            }
-        };
-        let mut shape = [1usize; D];
-        shape[D - 1] = self.gamma.dims()[0];
-        let y = normed * self.gamma.val().reshape(shape);
-        match &self.beta {
-            Some(b) => y + b.val().reshape(shape),
-            None => y,
-        }
+        crate::fused::norm(
+            x,
+            Some(self.gamma.val()),
+            self.beta.as_ref().map(|b| b.val()),
+            self.eps,
+            self.kind == NormKind::RmsNorm,
+        )
     }
 }

@@ -84,18 +84,19 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Training characters a second of a GPT: forward, backward, clipping and an AdamW step on random
-/// windows of `batch × context` tokens, `steps` of them after three warm-up steps.
+/// Training characters a second of a GPT: forward, backward (the batch cut across `parts`
+/// threads, as training cuts it), clipping and an AdamW step on random windows of
+/// `batch × context` tokens, `steps` of them after two warm-up steps.
 pub fn gpt_chars_per_sec<B: AutodiffBackend>(
     config: &nervus_models::gpt::GptConfig,
     batch: usize,
+    parts: usize,
     steps: usize,
     clip: Option<f64>,
     device: &B::Device,
 ) -> f64 {
-    use nervus_models::gpt::Gpt;
-    let mut model: Gpt<B> = config.init(device);
-    let mut optim = OptimizerSpec::adamw(0.1).build(clip);
+    use nervus_models::gpt::{Gpt, LmBatch};
+    let model: Gpt<B> = config.init(device);
     let t = config.context;
     let ids = || {
         Tensor::<B, 2, Int>::random(
@@ -104,34 +105,25 @@ pub fn gpt_chars_per_sec<B: AutodiffBackend>(
             device,
         )
     };
-    let (x, y) = (ids(), ids());
-    let mut step = |model: Gpt<B>| {
-        let loss = model.loss(x.clone(), y.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        optim.step(1e-3, model, grads)
+    let b = LmBatch {
+        inputs: ids(),
+        targets: ids(),
+        doc_mask: None,
     };
-    for _ in 0..3 {
-        model = step(model);
-    }
-    let _ = model.valid().lm_head.weight.val().into_data();
-    sync::<B>(device);
-    let start = Instant::now();
-    for _ in 0..steps {
-        model = step(model);
-    }
-    let _ = model.valid().lm_head.weight.val().into_data();
-    sync::<B>(device);
-    (steps * batch * t) as f64 / start.elapsed().as_secs_f64()
+    let rate = steps_per_sec(model, steps, b, parts, 0.1, clip, device);
+    (batch * t) as f64 * rate
 }
 
-/// One flow-matching training step (the model's own `TrainStep` on `batch`, cut across `parts`
-/// threads as training cuts it; then clipping and AdamW), `steps` of them after two warm-up steps;
-/// returns steps a second.
-fn flow_steps_per_sec<B, M>(
+/// One training step (the model's own `TrainStep` on `batch`, cut across `parts` threads as
+/// training cuts it; then clipping and AdamW with `decay`), `steps` of them after two warm-up
+/// steps; returns steps a second.
+fn steps_per_sec<B, M>(
     mut model: M,
     steps: usize,
     batch: M::Input,
     parts: usize,
+    decay: f64,
+    clip: Option<f64>,
     device: &B::Device,
 ) -> f64
 where
@@ -139,7 +131,7 @@ where
     M: AutodiffModule<B> + TrainStep<Output = LossOutput<B::InnerBackend>>,
     M::Input: crate::shard::Shard + Clone + Send,
 {
-    let mut optim = OptimizerSpec::adamw(0.0).build(Some(1.0));
+    let mut optim = OptimizerSpec::adamw(decay).build(clip);
     let mut last = None;
     let mut step = |model: M| {
         let out = crate::shard::step(&model, batch.clone(), parts);
@@ -179,7 +171,7 @@ pub fn dit_images_per_sec<B: AutodiffBackend>(
         labels: Tensor::random([batch, 1], Distribution::Uniform(0.0, 10.0), device),
     };
     let model = config.init::<B>(device);
-    batch as f64 * flow_steps_per_sec(model, steps, b, parts, device)
+    batch as f64 * steps_per_sec(model, steps, b, parts, 0.0, Some(1.0), device)
 }
 
 /// Training steps a second of the video DiT (`config`: its attention decides), batch `batch`
@@ -201,5 +193,5 @@ pub fn video_steps_per_sec<B: AutodiffBackend>(
         labels: Tensor::random([batch, 2], Distribution::Uniform(0.0, 10.0), device),
     };
     let model = config.init::<B>(device);
-    flow_steps_per_sec(model, steps, b.into(), parts, device)
+    steps_per_sec(model, steps, b.into(), parts, 0.0, Some(1.0), device)
 }

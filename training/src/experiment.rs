@@ -283,6 +283,7 @@ pub fn run<B: AutodiffBackend>(
                 model: config.clone(),
                 steps,
                 batch: 16,
+                parts: 1,
                 lr: s.lr.unwrap_or(0.003),
                 warmup: warmup_steps(s.warmup, steps),
                 decay_to: s.decay_to.unwrap_or(1.0),
@@ -368,6 +369,7 @@ pub fn run<B: AutodiffBackend>(
             let rate = crate::bench::gpt_chars_per_sec::<B>(
                 &config,
                 16,
+                1,
                 steps,
                 s.clip.filter(|c| *c > 0.0),
                 device,

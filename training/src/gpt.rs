@@ -237,6 +237,9 @@ pub struct TrainingSettings {
     pub data_sha256: String,
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch was cut across (runs older than the option: 1).
+    #[serde(default = "crate::shard::one")]
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -260,6 +263,8 @@ pub struct GptOptions {
     pub model: GptConfig,
     pub steps: usize,
     pub batch: usize,
+    /// Threads each batch is cut across ([`crate::shard`]; 1 = the model's own step).
+    pub parts: usize,
     pub lr: f64,
     /// Warm-up steps.
     pub warmup: usize,
@@ -427,6 +432,7 @@ pub fn train_with<B: AutodiffBackend>(
         data_sha256: data.sha256.clone(),
         steps: opts.steps,
         batch: opts.batch,
+        parts: opts.parts,
         lr: opts.lr,
         warmup: opts.warmup,
         decay_to: opts.decay_to,
@@ -466,7 +472,7 @@ pub fn train_with<B: AutodiffBackend>(
         dir: opts.run_dir.clone(),
         epochs,
         accumulation: 1,
-        parts: 1,
+        parts: opts.parts.max(1),
         resume: false,
         baseline: opts.continued_from.is_some(),
         report: report.clone(),

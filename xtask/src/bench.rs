@@ -10,7 +10,8 @@ pub struct BenchArgs {
     /// `gpt` (training characters a second per preset and backend), `dit` (training images a
     /// second per backend), `video` (training steps a second, factorised against full attention),
     /// `allocator` (each model's training rate with the system's allocator and with mimalloc, each
-    /// measurement a fresh process).
+    /// measurement a fresh process), `pytorch` (GPT small, GPT large and the digits DiT against
+    /// PyTorch eager on the same shapes and threads, alternating).
     what: String,
     /// Interleaved rounds; medians are reported.
     #[arg(long, default_value_t = 5)]
@@ -25,6 +26,12 @@ pub struct BenchArgs {
     /// compares the model's own step with two parts run side by side.
     #[arg(long, value_delimiter = ',', default_values_t = [nervus_training::backend::PARTS])]
     parts: Vec<usize>,
+    /// The Python that has torch and diffusers (`pytorch`).
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Only these workloads (`pytorch`): gpt-small, gpt-large, dit.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 type NdArray = burn::backend::NdArray<f32>;
@@ -33,16 +40,21 @@ type Flex = burn::backend::Flex;
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "backends" => backends(args.rounds),
-        "gpt" => gpt(args.rounds, args.steps),
+        "gpt" => gpt(args.rounds, args.steps, args.parts[0]),
         "dit" => dit(args.rounds, args.steps, &args.parts),
         "video" => video(args.rounds, args.steps, args.batch, &args.parts),
         "allocator" => allocator(args.rounds),
+        "pytorch" => {
+            crate::bench_pytorch::run(args.rounds, &args.python, &args.only, args.parts[0])
+        }
         probe if probe.starts_with(PROBE) => {
             let rate = probe_rate(&probe[PROBE.len()..])?;
             println!("{rate} {}", nervus_training::alloc::name());
             Ok(())
         }
-        other => bail!("unknown benchmark `{other}`: try backends, gpt, dit, video, allocator"),
+        other => {
+            bail!("unknown benchmark `{other}`: try backends, gpt, dit, video, allocator, pytorch")
+        }
     }
 }
 
@@ -96,7 +108,7 @@ fn gpu_name() -> Option<&'static str> {
         .then_some(nervus_training::backend::NAME)
 }
 
-fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
+fn gpt(rounds: usize, steps: Option<usize>, parts: usize) -> Result<()> {
     use nervus_models::gpt::GptSize;
     use nervus_training::bench::gpt_chars_per_sec;
     // Shakespeare's 64 characters; batch 16 (the example's default).
@@ -104,7 +116,7 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
     let mut names = vec!["ndarray", "flex"];
     names.extend(gpu_name());
     println!(
-        "GPT training throughput (characters a second), batch 16, clip 1.0, {} threads, {rounds} interleaved rounds, medians",
+        "GPT training throughput (characters a second), batch 16 cut across {parts} thread(s), clip 1.0, {} threads, {rounds} interleaved rounds, medians",
         threads()
     );
     let mut table = String::new();
@@ -126,6 +138,7 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
             results[0].push(gpt_chars_per_sec::<burn::backend::Autodiff<NdArray>>(
                 &config,
                 16,
+                parts,
                 n,
                 Some(1.0),
                 &Default::default(),
@@ -133,6 +146,7 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
             results[1].push(gpt_chars_per_sec::<burn::backend::Autodiff<Flex>>(
                 &config,
                 16,
+                parts,
                 n,
                 Some(1.0),
                 &Default::default(),
@@ -141,6 +155,7 @@ fn gpt(rounds: usize, steps: Option<usize>) -> Result<()> {
                 results[2].push(gpt_chars_per_sec::<nervus_training::backend::Train>(
                     &config,
                     16,
+                    parts,
                     n,
                     Some(1.0),
                     &nervus_training::backend::device(),
@@ -362,6 +377,7 @@ fn probe_rate(model: &str) -> Result<f64> {
         "gpt-medium" => gpt_chars_per_sec::<Train>(
             &nervus_models::gpt::GptSize::Medium.config(64),
             16,
+            1,
             10,
             Some(1.0),
             &device(),

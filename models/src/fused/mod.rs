@@ -1,0 +1,325 @@
+//! Fused operations with their own backward pass: attention, LayerNorm/RMSNorm and GPT-2's GELU.
+//!
+//! Under `Autodiff<B>`, Burn 0.21 records attention, softmax, a norm and the tanh GELU as the
+//! dozen or so tensor operations they are written with, each a graph node with a backward step of
+//! its own, each a pass over memory, and (on flex) each on one thread below a few million
+//! elements. Here each of them is one node: its forward pass saves what its backward pass needs
+//! (the attention weights; the normalised rows and 1/σ; the GELU's input), and its backward pass
+//! is the hand-derived one of `reference/`, computed from those.
+//!
+//! The mechanism is Burn's backend extension (the Burn book's "Backend Extension" chapter):
+//! - [`FusedOps`] extends `Backend` with the row-wise kernels (`*_fwd`, `*_bwd`), whose default
+//!   bodies are Burn's composed tensor operations, so any backend can implement it empty;
+//! - `Autodiff<B>` implements the ops (`fused_*`) as single graph nodes whose backward calls
+//!   `B`'s kernels ([`autodiff`]);
+//! - flex implements the kernels on its buffers, split across threads ([`flex`]).
+//!
+//! The models stay generic over `B: Backend`: the functions below ([`attention`], [`norm`],
+//! [`gelu_tanh`]) look up, once per call, whether `B` is one of the backends that implement
+//! [`FusedOps`] (flex, ndarray, either under autodiff) and otherwise run the composed version
+//! ([`composed`]), Burn's own autodiff included. So wgpu and CUDA builds run exactly what they
+//! ran before. `NERVUS_FUSED=0` in the environment (read once) turns the fused path off for a
+//! whole process, for benchmarks; [`composed_here`] does it for one thread, for tests.
+
+pub mod autodiff;
+pub mod composed;
+pub mod flex;
+mod flex_attention;
+
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::FloatTensor;
+use std::any::{Any, TypeId};
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// Row-wise kernels (defaults: Burn's composed operations) and the fused operations built on them
+/// (defaults: the forward kernel alone; `Autodiff<B>` records one node with its own backward).
+///
+/// Shapes: attention scores and weights `[N, Tq, Tk]`; norm and GELU inputs `[R, C]` (rows);
+/// a row's 1/σ `[R, 1]`.
+pub trait FusedOps: Backend {
+    /// Attention weights `P = softmax(scale·S)` by rows, where, with `causal = Some(offset)`, key
+    /// `j` is hidden from query `i` when `j > i + offset` (weight exactly zero).
+    fn softmax_fwd(
+        scores: FloatTensor<Self>,
+        scale: f64,
+        causal: Option<usize>,
+    ) -> FloatTensor<Self> {
+        composed::softmax_fwd::<Self>(scores, scale, causal)
+    }
+
+    /// The scores' gradient from the weights' gradient: `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`.
+    fn softmax_bwd(
+        probs: FloatTensor<Self>,
+        dprobs: FloatTensor<Self>,
+        scale: f64,
+    ) -> FloatTensor<Self> {
+        composed::softmax_bwd::<Self>(probs, dprobs, scale)
+    }
+
+    /// LayerNorm (`rms = false`) or RMSNorm of each row, then `· gamma + beta` where given.
+    /// Returns `(y, x̂, 1/σ)`: the output, the normalised rows and each row's `1/σ` (`[R, 1]`).
+    fn norm_fwd(
+        x: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+        beta: Option<FloatTensor<Self>>,
+        eps: f64,
+        rms: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        composed::norm_fwd::<Self>(x, gamma, beta, eps, rms)
+    }
+
+    /// `(dx, dgamma, dbeta)` from `dy`, the saved `x̂` and `1/σ`; `dgamma` when `gamma` is given,
+    /// `dbeta` when `beta` is.
+    #[allow(clippy::type_complexity)]
+    fn norm_bwd(
+        dy: FloatTensor<Self>,
+        xhat: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+        beta: bool,
+        rms: bool,
+    ) -> (
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+        Option<FloatTensor<Self>>,
+    ) {
+        composed::norm_bwd::<Self>(dy, xhat, rstd, gamma, beta, rms)
+    }
+
+    /// GPT-2's tanh GELU (see [`crate::gelu`]).
+    fn gelu_fwd(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        composed::gelu_fwd::<Self>(x)
+    }
+
+    /// `dx` from the saved input `x` and `dy`.
+    fn gelu_bwd(x: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        composed::gelu_bwd::<Self>(x, dy)
+    }
+
+    /// Self-attention from packed rows: `qkv [B, T, 3C]` (GPT-2's `c_attn` output: `q | k | v`,
+    /// head `h` owning columns `h·D..(h+1)·D` of each) → `(y [B, T, C], P [B·H, T, T])`, the
+    /// heads' outputs side by side and their weights.
+    fn packed_attention_fwd(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+        scale: f64,
+        causal: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        composed::packed_attention_fwd::<Self>(qkv, heads, scale, causal)
+    }
+
+    /// `dqkv [B, T, 3C]` from the saved `qkv`, `P` and `dy [B, T, C]`.
+    fn packed_attention_bwd(
+        qkv: FloatTensor<Self>,
+        probs: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        heads: usize,
+        scale: f64,
+    ) -> FloatTensor<Self> {
+        composed::packed_attention_bwd::<Self>(qkv, probs, dy, heads, scale)
+    }
+
+    /// The attention of [`FusedOps::packed_attention_fwd`], output only.
+    fn fused_packed_attention(
+        qkv: FloatTensor<Self>,
+        heads: usize,
+        scale: f64,
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        Self::packed_attention_fwd(qkv, heads, scale, causal).0
+    }
+
+    /// `softmax(scale·q·kᵀ, masked)·v`: `q [N, Tq, D]`, `k [N, Tk, D]`, `v [N, Tk, Dv]` →
+    /// `[N, Tq, Dv]`.
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        scale: f64,
+        causal: Option<usize>,
+    ) -> FloatTensor<Self> {
+        let scores = Self::float_matmul(q, Self::float_swap_dims(k, 1, 2));
+        Self::float_matmul(Self::softmax_fwd(scores, scale, causal), v)
+    }
+
+    /// The norm of [`FusedOps::norm_fwd`], output only.
+    fn fused_norm(
+        x: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+        beta: Option<FloatTensor<Self>>,
+        eps: f64,
+        rms: bool,
+    ) -> FloatTensor<Self> {
+        Self::norm_fwd(x, gamma, beta, eps, rms).0
+    }
+
+    /// The GELU of [`FusedOps::gelu_fwd`].
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::gelu_fwd(x)
+    }
+}
+
+// Inference backends: flex's kernels are in `flex.rs`; ndarray uses the composed defaults (it is
+// here so that the f64 parity tests run the fused backward passes).
+impl FusedOps for burn_ndarray::NdArray<f64> {}
+impl FusedOps for burn_ndarray::NdArray<f32> {}
+
+thread_local! {
+    static THREAD_OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether the fused path is on for this thread: `NERVUS_FUSED=0` turns it off for the process,
+/// [`composed_here`] for a thread.
+pub fn enabled() -> bool {
+    static PROCESS: OnceLock<bool> = OnceLock::new();
+    THREAD_OVERRIDE.with(|c| c.get()).unwrap_or_else(|| {
+        *PROCESS.get_or_init(|| std::env::var("NERVUS_FUSED").map_or(true, |v| v.trim() != "0"))
+    })
+}
+
+/// Runs `f` with the fused path off on this thread: every op below takes Burn's composed route
+/// (and Burn's own autodiff). The witness tests compare the two.
+pub fn composed_here<R>(f: impl FnOnce() -> R) -> R {
+    let before = THREAD_OVERRIDE.with(|c| c.replace(Some(false)));
+    let out = f();
+    THREAD_OVERRIDE.with(|c| c.set(before));
+    out
+}
+
+/// `a` as a `T`, when `A` and `T` are the same type.
+fn cast<A: 'static, T: 'static>(a: A) -> T {
+    let mut slot = Some(a);
+    (&mut slot as &mut dyn Any)
+        .downcast_mut::<Option<T>>()
+        .and_then(Option::take)
+        .expect("cast between identical types")
+}
+
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+/// Runs `$body` with the type alias `$F` set to `B` when `B` is one of the backends that
+/// implement [`FusedOps`]; the body returns from the enclosing function.
+macro_rules! on_fused {
+    ($B:ty, $F:ident => $body:block) => {
+        if enabled() {
+            let id = TypeId::of::<$B>();
+            {
+                type $F = burn_autodiff::Autodiff<burn_flex::Flex>;
+                if id == TypeId::of::<$F>() $body
+            }
+            {
+                type $F = burn_flex::Flex;
+                if id == TypeId::of::<$F>() $body
+            }
+            {
+                type $F = burn_autodiff::Autodiff<burn_ndarray::NdArray<f64>>;
+                if id == TypeId::of::<$F>() $body
+            }
+            {
+                type $F = burn_autodiff::Autodiff<burn_ndarray::NdArray<f32>>;
+                if id == TypeId::of::<$F>() $body
+            }
+            {
+                type $F = burn_ndarray::NdArray<f64>;
+                if id == TypeId::of::<$F>() $body
+            }
+            {
+                type $F = burn_ndarray::NdArray<f32>;
+                if id == TypeId::of::<$F>() $body
+            }
+        }
+    };
+}
+
+/// Attention of every query over the keys: `softmax(scale·q·kᵀ)·v`, each row's weights summing to
+/// one; with `causal = Some(offset)`, query `i` (at position `offset + i`) sees keys `0..=offset+i`.
+///
+/// Shapes: `q [N, Tq, D]`, `k [N, Tk, D]`, `v [N, Tk, Dv]` → `[N, Tq, Dv]`.
+pub fn attention<B: Backend>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    scale: f64,
+    causal: Option<usize>,
+) -> Tensor<B, 3> {
+    on_fused!(B, F => {
+        let out = F::fused_attention(
+            prim(cast::<_, Tensor<F, 3>>(q)),
+            prim(cast::<_, Tensor<F, 3>>(k)),
+            prim(cast::<_, Tensor<F, 3>>(v)),
+            scale,
+            causal,
+        );
+        return cast(wrap::<F, 3>(out));
+    });
+    composed::attention(q, k, v, scale, causal)
+}
+
+/// Self-attention of every position over itself and the positions before it (`causal`) or over
+/// all of them, from GPT-2's packed projection: `qkv = [q | k | v]`, head `h` owning columns
+/// `h·D..(h+1)·D` of each third. Returns the heads' outputs side by side, ready for `c_proj`.
+///
+/// Shapes: `qkv [B, T, 3C]` → `[B, T, C]`.
+pub fn packed_attention<B: Backend>(
+    qkv: Tensor<B, 3>,
+    heads: usize,
+    scale: f64,
+    causal: bool,
+) -> Tensor<B, 3> {
+    on_fused!(B, F => {
+        let out = F::fused_packed_attention(prim(cast::<_, Tensor<F, 3>>(qkv)), heads, scale, causal);
+        return cast(wrap::<F, 3>(out));
+    });
+    composed::packed_attention(qkv, heads, scale, causal)
+}
+
+/// LayerNorm (`rms = false`: subtract the mean, divide by `√(var + eps)`) or RMSNorm (divide by
+/// `√(mean(x²) + eps)`) over the last axis, then times `gamma` and plus `beta` where given.
+///
+/// Shapes: `x [.., C]`, `gamma`, `beta [C]` → `[.., C]`.
+pub fn norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Option<Tensor<B, 1>>,
+    beta: Option<Tensor<B, 1>>,
+    eps: f64,
+    rms: bool,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    let c = dims[D - 1];
+    on_fused!(B, F => {
+        let rows = cast::<_, Tensor<F, D>>(x).reshape([dims.iter().product::<usize>() / c.max(1), c]);
+        let out = F::fused_norm(
+            prim(rows),
+            gamma.map(|g| prim(cast::<_, Tensor<F, 1>>(g))),
+            beta.map(|b| prim(cast::<_, Tensor<F, 1>>(b))),
+            eps,
+            rms,
+        );
+        return cast(wrap::<F, 2>(out).reshape(dims));
+    });
+    composed::norm(x, gamma, beta, eps, rms)
+}
+
+/// GPT-2's tanh GELU, `x·σ(2z)` with `z = √(2/π)·(x + 0.044715·x³)` (see [`crate::gelu`]).
+///
+/// Shapes: any → the same.
+pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dims = x.dims();
+    on_fused!(B, F => {
+        let flat = cast::<_, Tensor<F, D>>(x).reshape([dims.iter().product::<usize>()]);
+        let out = F::fused_gelu(prim(flat));
+        return cast(wrap::<F, 1>(out).reshape(dims));
+    });
+    composed::gelu_tanh(x)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! The fused operations' witnesses. Each op, forward and backward, is held
+//! - on `Autodiff<NdArray<f64>>`, against Burn's composed version under Burn's own autodiff
+//!   ([`super::composed_here`]) and against central differences, to ~1e-10;
+//! - on flex in f64 (its kernels), against the same composed version, to ~1e-12;
+//! - on flex in f32, against the composed version on flex, to f32's rounding.
+//!
+//! The point is random, the upstream gradient is a random weighting of the outputs (a missing
+//! factor or a transposed product shows), and the hand-derived passes of `reference/` (attention,
+//! layer norm, GELU) hold the models, which now run through these ops, in their own tests.
+
+use super::{attention, composed_here, gelu_tanh, norm};
+use crate::compare::{assert_close, numerical_grad, randn};
+use burn::prelude::*;
+use burn_autodiff::Autodiff;
+
+type Nd = burn_ndarray::NdArray<f64>;
+type AdNd = Autodiff<Nd>;
+type Fx = burn_flex::Flex;
+type AdFx = Autodiff<Fx>;
+
+fn on<B: Backend, const D: usize>(v: &[f64], shape: [usize; D], f32: bool) -> Tensor<B, D> {
+    use burn::tensor::DType;
+    let device = Default::default();
+    if f32 {
+        let data = TensorData::new(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape);
+        Tensor::from_data(data, (&device, DType::F32))
+    } else {
+        Tensor::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F64))
+    }
+}
+
+fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    let d = t.into_data();
+    match d.dtype {
+        burn::tensor::DType::F32 => d.iter::<f32>().map(f64::from).collect(),
+        _ => d.iter::<f64>().collect(),
+    }
+}
+
+/// One op under test: inputs (values, shapes) → output, on any autodiff backend.
+type Op<B> = fn(Vec<Tensor<B, 3>>) -> Tensor<B, 3>;
+
+/// `Σ w·op(inputs)` and the gradients of every input, fused or composed.
+fn run<B: burn::tensor::backend::AutodiffBackend>(
+    op: Op<B>,
+    inputs: &[(Vec<f64>, [usize; 3])],
+    weights: &[f64],
+    f32: bool,
+    fused: bool,
+) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let go = || {
+        let xs: Vec<Tensor<B, 3>> = inputs
+            .iter()
+            .map(|(v, s)| on::<B, 3>(v, *s, f32).require_grad())
+            .collect();
+        let out = op(xs.clone());
+        let w = on::<B, 3>(weights, out.dims(), f32);
+        let grads = (out.clone() * w).sum().backward();
+        let g = xs
+            .iter()
+            .map(|x| vals(x.grad(&grads).expect("every input has a gradient")))
+            .collect();
+        (vals(out.inner()), g)
+    };
+    if fused { go() } else { composed_here(go) }
+}
+
+/// Holds the fused op against the composed one on ndarray f64, flex f64 and flex f32, and its
+/// input gradients against central differences of the composed forward in f64.
+fn witness(
+    name: &str,
+    op_nd: Op<AdNd>,
+    op_fx: Op<AdFx>,
+    inputs: &[(Vec<f64>, [usize; 3])],
+    out_len: usize,
+) {
+    let w = randn(99, out_len, 1.0);
+    let (want_y, want_g) = run::<AdNd>(op_nd, inputs, &w, false, false);
+    let cases: [(&str, (Vec<f64>, Vec<Vec<f64>>), f64); 3] = [
+        (
+            "ndarray f64",
+            run::<AdNd>(op_nd, inputs, &w, false, true),
+            1e-12,
+        ),
+        (
+            "flex f64",
+            run::<AdFx>(op_fx, inputs, &w, false, true),
+            1e-12,
+        ),
+        ("flex f32", run::<AdFx>(op_fx, inputs, &w, true, true), 2e-5),
+    ];
+    for (backend, (y, g), tol) in cases {
+        assert_close(&format!("{name} forward, {backend}"), &y, &want_y, tol);
+        for (i, (g, want)) in g.iter().zip(&want_g).enumerate() {
+            assert_close(
+                &format!("{name} input {i} gradient, {backend}"),
+                g,
+                want,
+                tol,
+            );
+        }
+    }
+    // Central differences of Σ w·op, input by input, on the composed forward in f64.
+    for (i, (v, _)) in inputs.iter().enumerate() {
+        let numeric = numerical_grad(v, 1e-5, |x| {
+            let mut ins = inputs.to_vec();
+            ins[i].0 = x.to_vec();
+            let xs: Vec<Tensor<Nd, 3>> =
+                ins.iter().map(|(v, s)| on::<Nd, 3>(v, *s, false)).collect();
+            let y = composed_here(|| vals(op_nd_inner(op_nd, xs)));
+            y.iter().zip(&w).map(|(a, b)| a * b).sum()
+        });
+        let (_, fused_g) = run::<AdNd>(op_nd, inputs, &w, false, true);
+        assert_close(
+            &format!("{name} input {i} gradient against differences"),
+            &fused_g[i],
+            &numeric,
+            1e-7,
+        );
+    }
+}
+
+/// Runs an autodiff op on plain tensors (no gradients kept).
+fn op_nd_inner(op: Op<AdNd>, xs: Vec<Tensor<Nd, 3>>) -> Tensor<Nd, 3> {
+    op(xs.into_iter().map(Tensor::from_inner).collect()).inner()
+}
+
+fn causal<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    attention(q, k, v, 0.37, Some(0))
+}
+
+fn causal_offset<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    attention(q, k, v, 0.61, Some(2))
+}
+
+fn full<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    attention(q, k, v, 0.5, None)
+}
+
+#[test]
+fn causal_attention_matches_composed_and_differences() {
+    // N = 3 (batch × heads), T = 5, D = 4: big enough that a transposed product shows.
+    let (n, t, d) = (3, 5, 4);
+    let ins = vec![
+        (randn(1, n * t * d, 1.0), [n, t, d]),
+        (randn(2, n * t * d, 1.0), [n, t, d]),
+        (randn(3, n * t * d, 1.0), [n, t, d]),
+    ];
+    witness(
+        "causal attention",
+        causal::<AdNd>,
+        causal::<AdFx>,
+        &ins,
+        n * t * d,
+    );
+}
+
+#[test]
+fn offset_and_unmasked_attention_match_composed_and_differences() {
+    // Three queries continuing a sequence of five keys (a cache of two), values wider than keys.
+    let (n, tq, tk, d, dv) = (2, 3, 5, 4, 6);
+    let ins = vec![
+        (randn(4, n * tq * d, 1.0), [n, tq, d]),
+        (randn(5, n * tk * d, 1.0), [n, tk, d]),
+        (randn(6, n * tk * dv, 1.0), [n, tk, dv]),
+    ];
+    witness(
+        "offset attention",
+        causal_offset::<AdNd>,
+        causal_offset::<AdFx>,
+        &ins,
+        n * tq * dv,
+    );
+    witness(
+        "full attention",
+        full::<AdNd>,
+        full::<AdFx>,
+        &ins,
+        n * tq * dv,
+    );
+}
+
+fn layer_norm_affine<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [x, g, b]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("x, gamma, beta");
+    let c = x.dims()[2];
+    norm(x, Some(g.reshape([c])), Some(b.reshape([c])), 1e-5, false)
+}
+
+fn rms_norm_gain<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [x, g]: [Tensor<B, 3>; 2] = x.try_into().ok().expect("x, gamma");
+    let c = x.dims()[2];
+    norm(x, Some(g.reshape([c])), None, 1e-6, true)
+}
+
+fn layer_norm_plain<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    norm(x.into_iter().next().expect("x"), None, None, 1e-6, false)
+}
+
+#[test]
+fn norms_match_composed_and_differences() {
+    let (b, t, c) = (2, 3, 7);
+    let x = (randn(7, b * t * c, 2.0), [b, t, c]);
+    let g = (randn(8, c, 1.0), [1, 1, c]);
+    let beta = (randn(9, c, 1.0), [1, 1, c]);
+    witness(
+        "layer norm",
+        layer_norm_affine::<AdNd>,
+        layer_norm_affine::<AdFx>,
+        &[x.clone(), g.clone(), beta],
+        b * t * c,
+    );
+    witness(
+        "rms norm",
+        rms_norm_gain::<AdNd>,
+        rms_norm_gain::<AdFx>,
+        &[x.clone(), g],
+        b * t * c,
+    );
+    witness(
+        "plain layer norm",
+        layer_norm_plain::<AdNd>,
+        layer_norm_plain::<AdFx>,
+        &[x],
+        b * t * c,
+    );
+}
+
+/// Many rows: the flex kernels then cut the work into blocks on several threads, and the column
+/// sums (`dgamma`, `dbeta`) add the blocks' partial sums.
+#[test]
+fn norm_over_many_rows_matches_composed() {
+    let (b, t, c) = (4, 700, 24);
+    let x = (randn(10, b * t * c, 1.5), [b, t, c]);
+    let g = (randn(11, c, 1.0), [1, 1, c]);
+    let beta = (randn(12, c, 1.0), [1, 1, c]);
+    let w = randn(13, b * t * c, 1.0);
+    let ins = [x, g, beta];
+    let (want_y, want_g) = run::<AdNd>(layer_norm_affine::<AdNd>, &ins, &w, false, false);
+    let (y, g) = run::<AdFx>(layer_norm_affine::<AdFx>, &ins, &w, false, true);
+    assert_close("many-row layer norm forward", &y, &want_y, 1e-12);
+    for (i, (g, want)) in g.iter().zip(&want_g).enumerate() {
+        assert_close(&format!("many-row layer norm gradient {i}"), g, want, 1e-11);
+    }
+}
+
+fn gelu<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    gelu_tanh(x.into_iter().next().expect("x"))
+}
+
+#[test]
+fn gelu_matches_composed_and_differences() {
+    let n = 40;
+    let ins = [(randn(14, n, 3.0), [2, 4, 5])];
+    witness("gelu", gelu::<AdNd>, gelu::<AdFx>, &ins, n);
+}
+
+/// Far out on the left the clamped exponential's gradient is zero: the fused backward agrees
+/// with the composed one there (and stays finite) in f32 and f64.
+#[test]
+fn gelu_gradient_far_out_matches_composed() {
+    let xs = vec![
+        -1e4, -500.0, -60.0, -12.0, -10.5, -3.0, 0.0, 10.5, 60.0, 500.0,
+    ];
+    let n = xs.len();
+    let ins = [(xs, [1, 1, n])];
+    let w = vec![1.0; n];
+    let (_, want) = run::<AdNd>(gelu::<AdNd>, &ins, &w, false, false);
+    for f32 in [false, true] {
+        let (_, got) = run::<AdFx>(gelu::<AdFx>, &ins, &w, f32, true);
+        assert_close(
+            "gelu far out",
+            &got[0],
+            &want[0],
+            if f32 { 1e-6 } else { 1e-14 },
+        );
+    }
+}
+
+/// Big enough for the flex kernels' threaded blocks (attention rows and GELU elements).
+#[test]
+fn large_attention_and_gelu_match_composed_on_flex() {
+    let (n, t, d) = (8, 64, 16);
+    let ins = vec![
+        (randn(15, n * t * d, 1.0), [n, t, d]),
+        (randn(16, n * t * d, 1.0), [n, t, d]),
+        (randn(17, n * t * d, 1.0), [n, t, d]),
+    ];
+    let w = randn(18, n * t * d, 1.0);
+    let (want_y, want_g) = run::<AdFx>(causal::<AdFx>, &ins, &w, false, false);
+    let (y, g) = run::<AdFx>(causal::<AdFx>, &ins, &w, false, true);
+    assert_close("large attention forward", &y, &want_y, 1e-12);
+    for (i, (g, want)) in g.iter().zip(&want_g).enumerate() {
+        assert_close(&format!("large attention gradient {i}"), g, want, 1e-11);
+    }
+    let ins = [(randn(19, 4 * 64 * 160, 2.0), [4, 64, 160])];
+    let w = randn(20, 4 * 64 * 160, 1.0);
+    let (want_y, want_g) = run::<AdFx>(gelu::<AdFx>, &ins, &w, false, false);
+    let (y, g) = run::<AdFx>(gelu::<AdFx>, &ins, &w, false, true);
+    assert_close("large gelu forward", &y, &want_y, 1e-14);
+    assert_close("large gelu gradient", &g[0], &want_g[0], 1e-14);
+}
+
+fn packed<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    super::packed_attention(x.into_iter().next().expect("qkv"), 3, 0.45, true)
+}
+
+fn packed_full<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    super::packed_attention(x.into_iter().next().expect("qkv"), 2, 0.7, false)
+}
+
+/// GPT-2's packed `qkv` rows: the flex kernel reads heads from strided views and writes `dqkv`
+/// back in the same layout; three heads of width 2 (C = 6), so a head taken from the wrong
+/// columns, or a `k` read where a `v` belongs, shows.
+#[test]
+fn packed_attention_matches_composed_and_differences() {
+    let (b, t, c) = (2, 5, 6);
+    let ins = [(randn(21, b * t * 3 * c, 1.0), [b, t, 3 * c])];
+    witness(
+        "packed causal attention",
+        packed::<AdNd>,
+        packed::<AdFx>,
+        &ins,
+        b * t * c,
+    );
+    witness(
+        "packed full attention",
+        packed_full::<AdNd>,
+        packed_full::<AdFx>,
+        &ins,
+        b * t * c,
+    );
+}
+
+/// Shapes of the GPT presets' order (many pairs, long rows) on flex, against the composed route.
+#[test]
+fn large_packed_attention_matches_composed_on_flex() {
+    let (b, t, c) = (4, 48, 3 * 16);
+    let ins = [(randn(22, b * t * 3 * c, 1.0), [b, t, 3 * c])];
+    let w = randn(23, b * t * c, 1.0);
+    let (want_y, want_g) = run::<AdFx>(packed::<AdFx>, &ins, &w, false, false);
+    let (y, g) = run::<AdFx>(packed::<AdFx>, &ins, &w, false, true);
+    assert_close("large packed attention forward", &y, &want_y, 1e-12);
+    assert_close("large packed attention gradient", &g[0], &want_g[0], 1e-11);
+}
