@@ -185,29 +185,23 @@ fn norm_bwd<T: Real>(
         for (r, dx) in dx.chunks_mut(c).enumerate() {
             let at = (row0 + r) * c;
             let (dy, xh) = (&dy[at..at + c], &xhat[at..at + c]);
-            let mut sum_g = T::zero();
-            let mut sum_gx = T::zero();
-            for j in 0..c {
-                let g = gamma.map_or(dy[j], |gm| dy[j] * gm[j]);
-                sum_g = sum_g + g;
-                sum_gx = sum_gx + g * xh[j];
+            let g = |j: usize| gamma.map_or(dy[j], |gm| dy[j] * gm[j]);
+            let (mut sum_g, mut sum_gx) = (T::zero(), T::zero());
+            for (j, &h) in xh.iter().enumerate() {
+                sum_g = sum_g + g(j);
+                sum_gx = sum_gx + g(j) * h;
             }
             let m1 = if rms { T::zero() } else { sum_g / n };
             let m2 = sum_gx / n;
             let inv = rstd[row0 + r];
-            for j in 0..c {
-                let g = gamma.map_or(dy[j], |gm| dy[j] * gm[j]);
-                dx[j] = (g - m1 - xh[j] * m2) * inv;
+            for (j, (o, &h)) in dx.iter_mut().zip(xh).enumerate() {
+                *o = (g(j) - m1 - h * m2) * inv;
             }
-            if !dg.is_empty() {
-                for j in 0..c {
-                    dg[j] = dg[j] + dy[j] * xh[j];
-                }
+            for ((o, &d), &h) in dg.iter_mut().zip(dy).zip(xh) {
+                *o = *o + d * h;
             }
-            if !db.is_empty() {
-                for j in 0..c {
-                    db[j] = db[j] + dy[j];
-                }
+            for (o, &d) in db.iter_mut().zip(dy) {
+                *o = *o + d;
             }
         }
         (dg, db)
