@@ -37,6 +37,9 @@ fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     }
 }
 
+/// An op's outputs and its inputs' gradients, as f64.
+type Outcome = (Vec<f64>, Vec<Vec<f64>>);
+
 /// One op under test: inputs (values, shapes) → output, on any autodiff backend.
 type Op<B> = fn(Vec<Tensor<B, 3>>) -> Tensor<B, 3>;
 
@@ -47,7 +50,7 @@ fn run<B: burn::tensor::backend::AutodiffBackend>(
     weights: &[f64],
     f32: bool,
     fused: bool,
-) -> (Vec<f64>, Vec<Vec<f64>>) {
+) -> Outcome {
     let go = || {
         let xs: Vec<Tensor<B, 3>> = inputs
             .iter()
@@ -76,7 +79,7 @@ fn witness(
 ) {
     let w = randn(99, out_len, 1.0);
     let (want_y, want_g) = run::<AdNd>(op_nd, inputs, &w, false, false);
-    let cases: [(&str, (Vec<f64>, Vec<Vec<f64>>), f64); 3] = [
+    let cases: [(&str, Outcome, f64); 3] = [
         (
             "ndarray f64",
             run::<AdNd>(op_nd, inputs, &w, false, true),
@@ -126,17 +129,17 @@ fn op_nd_inner(op: Op<AdNd>, xs: Vec<Tensor<Nd, 3>>) -> Tensor<Nd, 3> {
 }
 
 fn causal<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
-    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().expect("q, k, v");
     attention(q, k, v, 0.37, Some(0))
 }
 
 fn causal_offset<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
-    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().expect("q, k, v");
     attention(q, k, v, 0.61, Some(2))
 }
 
 fn full<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
-    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("q, k, v");
+    let [q, k, v]: [Tensor<B, 3>; 3] = x.try_into().expect("q, k, v");
     attention(q, k, v, 0.5, None)
 }
 
@@ -184,13 +187,13 @@ fn offset_and_unmasked_attention_match_composed_and_differences() {
 }
 
 fn layer_norm_affine<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
-    let [x, g, b]: [Tensor<B, 3>; 3] = x.try_into().ok().expect("x, gamma, beta");
+    let [x, g, b]: [Tensor<B, 3>; 3] = x.try_into().expect("x, gamma, beta");
     let c = x.dims()[2];
     norm(x, Some(g.reshape([c])), Some(b.reshape([c])), 1e-5, false)
 }
 
 fn rms_norm_gain<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
-    let [x, g]: [Tensor<B, 3>; 2] = x.try_into().ok().expect("x, gamma");
+    let [x, g]: [Tensor<B, 3>; 2] = x.try_into().expect("x, gamma");
     let c = x.dims()[2];
     norm(x, Some(g.reshape([c])), None, 1e-6, true)
 }
