@@ -134,17 +134,11 @@ impl<B: Backend> CausalSelfAttention<B> {
             self.q_norm.is_none() && self.rope_base.is_none() && self.kv_heads == self.heads;
         if plain && doc_mask.is_none() {
             // GPT-2's attention: one fused op from the packed projection to the merged heads.
-            let [b, t, c] = x.dims();
-            let qkv = self
-                .c_attn
-                .forward(x.reshape([b * t, c]))
-                .reshape([b, t, 3 * c]);
+            let c = x.dims()[2];
+            let qkv = crate::linear_rows(&self.c_attn, x); // [B, T, 3C]
             let scale = 1.0 / ((c / self.heads) as f64).sqrt();
             let y = crate::fused::packed_attention(qkv, self.heads, scale, true);
-            return self
-                .c_proj
-                .forward(y.reshape([b * t, c]))
-                .reshape([b, t, c]);
+            return crate::linear_rows(&self.c_proj, y);
         }
         let (q, k, v) = self.qkv(x, 0);
         self.attend(q, k, v, 0, doc_mask)
@@ -173,11 +167,7 @@ impl<B: Backend> CausalSelfAttention<B> {
         let [b, t, c] = x.dims();
         let d = c / self.heads;
         let kvd = self.kv_heads * d;
-        let width = c + 2 * kvd;
-        let qkv = self
-            .c_attn
-            .forward(x.reshape([b * t, c]))
-            .reshape([b, t, width]); // [B, T, C + 2·KV·D]
+        let qkv = crate::linear_rows(&self.c_attn, x); // [B, T, C + 2·KV·D]
         let mut parts = qkv.split_with_sizes(vec![c, kvd, kvd], 2).into_iter();
         let mut heads = |n: usize| {
             parts
@@ -239,8 +229,8 @@ impl<B: Backend> CausalSelfAttention<B> {
             .reshape([b, h, tq, d]),
             Some(doc) => Self::attend_masked(q, k, v, offset, doc),
         };
-        let y = y.swap_dims(1, 2).reshape([b * tq, h * d]); // [B·Tq, C]
-        self.c_proj.forward(y).reshape([b, tq, h * d])
+        let y = y.swap_dims(1, 2).reshape([b, tq, h * d]); // [B, Tq, C]
+        crate::linear_rows(&self.c_proj, y)
     }
 
     /// The composed attention with a document mask besides the causal one. Shapes: `q`, `k`, `v`

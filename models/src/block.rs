@@ -45,8 +45,7 @@ impl<B: Backend> Block<B> {
         x.clone() + self.mlp_rows(x)
     }
 
-    /// The MLP branch on the tokens as rows `[B·T, C]`: each weight's gradient is then one matrix
-    /// product, where Burn's `Linear` on `[B, T, C]` makes `B` small ones and sums them.
+    /// The MLP branch on the tokens as rows `[B·T, C]` (why: [`crate::linear_rows`]).
     fn mlp_rows(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, t, c] = x.dims();
         let h = self.ln_2.forward(x).reshape([b * t, c]);

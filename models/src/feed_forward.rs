@@ -56,11 +56,9 @@ pub struct FeedForward<B: Backend> {
 }
 
 impl<B: Backend> FeedForward<B> {
-    /// Shapes: `[.., C]` → `[.., C]`. The DiT blocks hand it their tokens flattened to
+    /// Shapes: `[.., C]` → `[.., C]`. The DiT and GPT blocks hand it their tokens flattened to
     /// `[B·T, C]`, so that each weight's gradient is one matrix product instead of `B` of them
-    /// summed (what Burn's `Linear` does with a batch axis); the GPT hands it `[B, T, C]`, the
-    /// shape its committed experiment results were computed with (the two orders of summation
-    /// differ in the last bit).
+    /// summed (what Burn's `Linear` does with a batch axis; see [`crate::linear_rows`]).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let h = match &self.c_up {
             Some(up) => silu(self.c_fc.forward(x.clone())) * up.forward(x),

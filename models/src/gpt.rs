@@ -285,12 +285,7 @@ impl<B: Backend> Gpt<B> {
     /// Final norm, output head and (when configured) logit soft-capping `c·tanh(z/c)`, which
     /// bounds every logit by `c` while leaving small ones almost unchanged.
     fn head(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [b, t, c] = x.dims();
-        let rows = self.ln_f.forward(x).reshape([b * t, c]);
-        let logits = self
-            .lm_head
-            .forward(rows)
-            .reshape([b, t, self.config.vocab]);
+        let logits = crate::linear_rows(&self.lm_head, self.ln_f.forward(x));
         match self.config.logit_softcap {
             Some(c) => crate::softcap::softcap(logits, c),
             None => logits,

@@ -58,7 +58,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
 }
 
-fn threads() -> usize {
+pub(crate) fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -255,7 +255,7 @@ fn dit(rounds: usize, steps: Option<usize>, parts: &[usize]) -> Result<()> {
 }
 
 /// The lowest and highest round-by-round ratio of `a` to `b`.
-fn spread(a: &[f64], b: &[f64]) -> (f64, f64) {
+pub(crate) fn spread(a: &[f64], b: &[f64]) -> (f64, f64) {
     a.iter()
         .zip(b)
         .map(|(x, y)| x / y)

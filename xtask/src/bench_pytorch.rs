@@ -6,6 +6,7 @@
 //! process on the chosen backend. Medians are reported, with the lowest and highest round-by-round
 //! ratio.
 
+use crate::bench::{spread, threads};
 use anyhow::{Context, Result, bail};
 use nervus_training::bench::{dit_images_per_sec, gpt_chars_per_sec, median};
 use std::fmt::Write;
@@ -43,10 +44,6 @@ const WORKLOADS: [Workload; 3] = [
         steps: 10,
     },
 ];
-
-fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
 
 /// Checks that `python` imports torch (and diffusers, for the DiT row); one line on what to
 /// install when not.
@@ -162,9 +159,7 @@ pub fn run(rounds: usize, python: &str, only: &[String], parts: usize) -> Result
                 theirs[r]
             );
         }
-        let ratios: Vec<f64> = ours.iter().zip(&theirs).map(|(a, b)| a / b).collect();
-        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ratios.iter().copied().fold(0.0, f64::max);
+        let (lo, hi) = spread(&ours, &theirs);
         writeln!(
             t,
             "| {} | {} | {:.0} | {:.0} | {:.2}× | {lo:.2}× – {hi:.2}× |",

@@ -33,24 +33,13 @@ impl<B: FusedOps> Backward<B, 3> for AttentionBackward {
     );
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
         let dout = grads.consume::<B>(&ops.node);
         let (q, k, v, probs, scale) = ops.state;
-        if let Some(node) = node_v {
-            let dv = B::float_matmul(B::float_swap_dims(probs.clone(), 1, 2), dout.clone());
-            grads.register::<B>(node.id, dv);
-        }
-        if node_q.is_none() && node_k.is_none() {
-            return;
-        }
-        let dprobs = B::float_matmul(dout, B::float_swap_dims(v, 1, 2));
-        let dscores = B::softmax_bwd(probs, dprobs, scale);
-        if let Some(node) = node_q {
-            grads.register::<B>(node.id, B::float_matmul(dscores.clone(), k));
-        }
-        if let Some(node) = node_k {
-            let dk = B::float_matmul(B::float_swap_dims(dscores, 1, 2), q);
-            grads.register::<B>(node.id, dk);
+        let (dq, dk, dv) = B::attention_bwd(q, k, v, probs, dout, scale);
+        for (node, grad) in ops.parents.into_iter().zip([dq, dk, dv]) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
         }
     }
 }
@@ -127,12 +116,13 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         scale: f64,
         causal: Option<usize>,
     ) -> FloatTensor<Self> {
-        let scores = B::float_matmul(
+        let (out, probs) = B::attention_fwd(
             q.primitive.clone(),
-            B::float_swap_dims(k.primitive.clone(), 1, 2),
+            k.primitive.clone(),
+            v.primitive.clone(),
+            scale,
+            causal,
         );
-        let probs = B::softmax_fwd(scores, scale, causal);
-        let out = B::float_matmul(probs.clone(), v.primitive.clone());
         match AttentionBackward
             .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
             .compute_bound()

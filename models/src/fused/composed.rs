@@ -65,7 +65,10 @@ pub fn packed_attention<B: Backend>(
     merge_heads(attention(q, k, v, scale, causal.then_some(0)), b)
 }
 
-/// See [`super::FusedOps::packed_attention_fwd`].
+/// See [`super::FusedOps::packed_attention_fwd`]: the heads cut out, [`FusedOps::attention_fwd`]
+/// on them, the outputs merged.
+///
+/// [`FusedOps::attention_fwd`]: super::FusedOps::attention_fwd
 pub fn packed_attention_fwd<B: super::FusedOps>(
     qkv: FloatTensor<B>,
     heads: usize,
@@ -74,14 +77,15 @@ pub fn packed_attention_fwd<B: super::FusedOps>(
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let qkv = wrap::<B, 3>(qkv);
     let b = qkv.dims()[0];
-    let [q, k, v] = split_heads(qkv, heads);
-    let scores = q.matmul(k.swap_dims(1, 2));
-    let probs = B::softmax_fwd(prim(scores), scale, causal.then_some(0));
-    let y = wrap::<B, 3>(probs.clone()).matmul(v);
-    (prim(merge_heads(y, b)), probs)
+    let [q, k, v] = split_heads(qkv, heads).map(prim);
+    let (y, probs) = B::attention_fwd(q, k, v, scale, causal.then_some(0));
+    (prim(merge_heads(wrap::<B, 3>(y), b)), probs)
 }
 
-/// See [`super::FusedOps::packed_attention_bwd`].
+/// See [`super::FusedOps::packed_attention_bwd`]: [`FusedOps::attention_bwd`] on the heads, the
+/// gradients merged and laid side by side as `q | k | v`.
+///
+/// [`FusedOps::attention_bwd`]: super::FusedOps::attention_bwd
 pub fn packed_attention_bwd<B: super::FusedOps>(
     qkv: FloatTensor<B>,
     probs: FloatTensor<B>,
@@ -91,18 +95,11 @@ pub fn packed_attention_bwd<B: super::FusedOps>(
 ) -> FloatTensor<B> {
     let qkv = wrap::<B, 3>(qkv);
     let b = qkv.dims()[0];
-    let [q, k, v] = split_heads(qkv, heads);
-    let p = wrap::<B, 3>(probs);
-    let dout = to_heads(wrap::<B, 3>(dy), heads);
-    let dv = p.clone().swap_dims(1, 2).matmul(dout.clone());
-    let dp = dout.matmul(v.swap_dims(1, 2));
-    let ds = wrap::<B, 3>(B::softmax_bwd(prim(p), prim(dp), scale));
-    let dq = ds.clone().matmul(k);
-    let dk = ds.swap_dims(1, 2).matmul(q);
-    prim(Tensor::cat(
-        vec![merge_heads(dq, b), merge_heads(dk, b), merge_heads(dv, b)],
-        2,
-    ))
+    let [q, k, v] = split_heads(qkv, heads).map(prim);
+    let dout = prim(to_heads(wrap::<B, 3>(dy), heads));
+    let (dq, dk, dv) = B::attention_bwd(q, k, v, probs, dout, scale);
+    let merged = [dq, dk, dv].map(|g| merge_heads(wrap::<B, 3>(g), b));
+    prim(Tensor::cat(merged.into(), 2))
 }
 
 /// Scores with every key after its query's position set to −∞. Shapes: `[N, Tq, Tk]`.

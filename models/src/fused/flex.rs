@@ -61,6 +61,30 @@ fn for_row_blocks<T: Real>(out: &mut [T], cols: usize, f: impl Fn(usize, &mut [T
     }
 }
 
+/// One row of weights in place: `row[..seen]` ← softmax of itself, `row[seen..]` ← 0.
+pub(super) fn softmax_row<T: Real>(row: &mut [T], seen: usize) {
+    let max = row[..seen].iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+    let mut sum = T::zero();
+    for v in &mut row[..seen] {
+        *v = (*v - max).exp();
+        sum = sum + *v;
+    }
+    let inv = sum.recip();
+    for v in &mut row[..seen] {
+        *v = *v * inv;
+    }
+    row[seen..].fill(T::zero());
+}
+
+/// One row of a softmax's backward pass in place: `g` ← `scale · p ⊙ (g − Σ p ⊙ g)`, from the
+/// weights' gradient `g` and the weights `p`.
+pub(super) fn softmax_grad_row<T: Real>(g: &mut [T], p: &[T], scale: T) {
+    let along: T = g.iter().zip(p).map(|(&a, &b)| a * b).sum();
+    for (g, &p) in g.iter_mut().zip(p) {
+        *g = scale * p * (*g - along);
+    }
+}
+
 fn softmax_fwd<T: Real>(s: &FlexTensor, scale: f64, causal: Option<usize>) -> FlexTensor {
     let shape = s.layout().shape().clone();
     let [_, tq, tk] = shape.dims::<3>();
@@ -70,20 +94,11 @@ fn softmax_fwd<T: Real>(s: &FlexTensor, scale: f64, causal: Option<usize>) -> Fl
     for_row_blocks(&mut out, tk, |row0, block| {
         for (r, o) in block.chunks_mut(tk).enumerate() {
             let row = row0 + r;
-            let i = row % tq;
-            let seen = causal.map_or(tk, |offset| (i + offset + 1).min(tk));
-            let x = &src[row * tk..row * tk + seen];
-            let max = x.iter().fold(T::neg_infinity(), |m, &v| m.max(v * scale));
-            let mut sum = T::zero();
-            for (o, &v) in o[..seen].iter_mut().zip(x) {
-                let e = (v * scale - max).exp();
-                *o = e;
-                sum = sum + e;
+            let seen = causal.map_or(tk, |offset| (row % tq + offset + 1).min(tk));
+            for (o, &v) in o[..seen].iter_mut().zip(&src[row * tk..]) {
+                *o = v * scale;
             }
-            let inv = sum.recip();
-            for o in &mut o[..seen] {
-                *o = *o * inv;
-            }
+            softmax_row(o, seen);
         }
     });
     tensor(out, shape)
@@ -92,17 +107,13 @@ fn softmax_fwd<T: Real>(s: &FlexTensor, scale: f64, causal: Option<usize>) -> Fl
 fn softmax_bwd<T: Real>(p: &FlexTensor, dp: &FlexTensor, scale: f64) -> FlexTensor {
     let shape = p.layout().shape().clone();
     let tk = shape.dims::<3>()[2];
-    let (p, dp) = (values::<T>(p), values::<T>(dp));
+    let mut out = values::<T>(dp).to_vec();
+    let p = values::<T>(p);
     let scale = T::of(scale);
-    let mut out = vec![T::zero(); p.len()];
     for_row_blocks(&mut out, tk, |row0, block| {
-        for (r, o) in block.chunks_mut(tk).enumerate() {
+        for (r, g) in block.chunks_mut(tk).enumerate() {
             let at = (row0 + r) * tk;
-            let (p, dp) = (&p[at..at + tk], &dp[at..at + tk]);
-            let along: T = p.iter().zip(dp).map(|(&a, &b)| a * b).sum();
-            for ((o, &p), &dp) in o.iter_mut().zip(p).zip(dp) {
-                *o = scale * p * (dp - along);
-            }
+            softmax_grad_row(g, &p[at..at + tk], scale);
         }
     });
     tensor(out, shape)

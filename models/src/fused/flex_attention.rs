@@ -13,7 +13,7 @@
 //! Tasks write disjoint blocks of the outputs (their own head's columns of their own sequence's
 //! rows, their own `T × T` block of `P`), so the results do not depend on the threads.
 
-use super::flex::{Real, tensor, values};
+use super::flex::{Real, softmax_grad_row, softmax_row, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;
@@ -112,20 +112,7 @@ pub fn forward<T: Real>(
                 );
             }
             for (i, row) in p.chunks_mut(t).enumerate() {
-                let seen = if causal { i + 1 } else { t };
-                let max = row[..seen].iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-                let mut sum = T::zero();
-                for v in &mut row[..seen] {
-                    *v = (*v - max).exp();
-                    sum = sum + *v;
-                }
-                let inv = sum.recip();
-                for v in &mut row[..seen] {
-                    *v = *v * inv;
-                }
-                for v in &mut row[seen..] {
-                    *v = T::zero();
-                }
+                softmax_row(row, if causal { i + 1 } else { t });
             }
             unsafe {
                 product(
@@ -193,10 +180,7 @@ pub fn backward<T: Real>(
             );
         }
         for (row, prow) in ds.chunks_mut(t).zip(p.chunks(t)) {
-            let along: T = row.iter().zip(prow).map(|(&a, &b)| a * b).sum();
-            for (g, &pv) in row.iter_mut().zip(prow) {
-                *g = scale * pv * (*g - along);
-            }
+            softmax_grad_row(row, prow, scale);
         }
         unsafe {
             // dQ = dS·K, dK = dSᵀ·Q

@@ -132,7 +132,38 @@ pub trait FusedOps: Backend {
     }
 
     /// `softmax(scale·q·kᵀ, masked)·v`: `q [N, Tq, D]`, `k [N, Tk, D]`, `v [N, Tk, Dv]` →
-    /// `[N, Tq, Dv]`.
+    /// `(out [N, Tq, Dv], P [N, Tq, Tk])`: the backend's products around [`FusedOps::softmax_fwd`].
+    fn attention_fwd(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        scale: f64,
+        causal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let scores = Self::float_matmul(q, Self::float_swap_dims(k, 1, 2));
+        let probs = Self::softmax_fwd(scores, scale, causal);
+        (Self::float_matmul(probs.clone(), v), probs)
+    }
+
+    /// `(dq, dk, dv)` from the saved `q`, `k`, `v`, `P` and `dout`: `dV = Pᵀ·dO`, `dP = dO·Vᵀ`,
+    /// `dS` by [`FusedOps::softmax_bwd`], `dQ = dS·K`, `dK = dSᵀ·Q`.
+    fn attention_bwd(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        probs: FloatTensor<Self>,
+        dout: FloatTensor<Self>,
+        scale: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let dv = Self::float_matmul(Self::float_swap_dims(probs.clone(), 1, 2), dout.clone());
+        let dprobs = Self::float_matmul(dout, Self::float_swap_dims(v, 1, 2));
+        let dscores = Self::softmax_bwd(probs, dprobs, scale);
+        let dq = Self::float_matmul(dscores.clone(), k);
+        let dk = Self::float_matmul(Self::float_swap_dims(dscores, 1, 2), q);
+        (dq, dk, dv)
+    }
+
+    /// The attention of [`FusedOps::attention_fwd`], output only.
     fn fused_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -140,8 +171,7 @@ pub trait FusedOps: Backend {
         scale: f64,
         causal: Option<usize>,
     ) -> FloatTensor<Self> {
-        let scores = Self::float_matmul(q, Self::float_swap_dims(k, 1, 2));
-        Self::float_matmul(Self::softmax_fwd(scores, scale, causal), v)
+        Self::attention_fwd(q, k, v, scale, causal).0
     }
 
     /// The norm of [`FusedOps::norm_fwd`], output only.
