@@ -31,7 +31,7 @@ enum Command {
     /// in the same run.
     Bench(bench::BenchArgs),
     /// Run every experiment in docs/experiments (resumably, in parallel) and rewrite the tables
-    /// in README.md and docs/tables/.
+    /// in docs/experiments.md and docs/tables/.
     ReproduceTables(tables::TablesArgs),
     /// Write an experiment spec's sha256 and the time into docs/experiments/registry.json.
     Preregister(tables::RegisterArgs),
@@ -39,7 +39,7 @@ enum Command {
     /// slices if need be; rewrites docs/mutants/ and the README's score.
     Mutants(mutants::MutantsArgs),
     /// Run the gradient tests and write the table of worst differences per layer (hand-derived
-    /// against numerical, and against Burn's autodiff) into docs/witnesses.md and README.md.
+    /// against numerical, and against Burn's autodiff) into docs/witnesses.md and docs/witness-system.md.
     Witnesses(witnesses::WitnessArgs),
     /// (internal) One run of one experiment, in a process of its own.
     #[command(hide = true)]

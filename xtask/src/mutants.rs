@@ -427,14 +427,12 @@ fn summarise(scope: Scope) -> Result<()> {
     std::fs::write(&path, md)?;
     println!("{line}");
     println!("summary: {}", path.display());
-    let readme = std::fs::read_to_string("README.md").context("README.md")?;
-    match crate::tables::replace_between(&readme, "mutants", scope.name(), &line) {
-        Some(new) => std::fs::write("README.md", new)?,
-        None => eprintln!(
-            "README has no <!-- mutants:{} --> markers: the line is only in {}",
+    if !crate::tables::write_marked("mutants", scope.name(), &line)? {
+        eprintln!(
+            "no page has <!-- mutants:{} --> markers: the line is only in {}",
             scope.name(),
             path.display()
-        ),
+        );
     }
     Ok(())
 }

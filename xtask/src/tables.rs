@@ -632,6 +632,25 @@ pub fn replace_between(text: &str, kind: &str, name: &str, body: &str) -> Option
     ))
 }
 
+/// The pages that hold marked blocks (`<!-- kind:name -->`) the xtask commands rewrite.
+pub const MARKED_PAGES: [&str; 3] = ["README.md", "docs/experiments.md", "docs/witness-system.md"];
+
+/// Writes `body` between the `kind:name` markers of every page in [`MARKED_PAGES`] that has them;
+/// false when none has.
+pub fn write_marked(kind: &str, name: &str, body: &str) -> Result<bool> {
+    let mut found = false;
+    for page in MARKED_PAGES {
+        let Ok(text) = std::fs::read_to_string(page) else {
+            continue;
+        };
+        if let Some(new) = replace_between(&text, kind, name, body) {
+            std::fs::write(page, new).with_context(|| format!("writing {page}"))?;
+            found = true;
+        }
+    }
+    Ok(found)
+}
+
 pub fn reproduce(args: TablesArgs) -> Result<()> {
     let started = Instant::now();
     let specs: Vec<_> = load_specs()?
@@ -700,7 +719,6 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
         PathBuf::from(TABLES)
     };
     std::fs::create_dir_all(&out_dir)?;
-    let mut readme = std::fs::read_to_string("README.md").unwrap_or_default();
     let mut all_verdicts = Vec::new();
     for (_, hash, spec) in &specs {
         let spec_q = if args.quick {
@@ -733,24 +751,21 @@ pub fn reproduce(args: TablesArgs) -> Result<()> {
         )?;
         std::fs::write(out_dir.join(format!("{}.md", spec.name)), &table.markdown)?;
         if !args.quick {
+            // docs/experiments.md holds the markers; its pictures are in docs/tables/.
             let body = table.markdown.replace(
                 &format!("]({}.png)", spec.name),
-                &format!("](docs/tables/{}.png)", spec.name),
+                &format!("](tables/{}.png)", spec.name),
             );
-            match replace_between(&readme, "table", &spec.name, &body) {
-                Some(r) => readme = r,
-                None => println!(
-                    "  README has no markers for {} (<!-- table:{0} -->): table only in {TABLES}/",
+            if !write_marked("table", &spec.name, &body)? {
+                println!(
+                    "  no page has markers for {} (<!-- table:{0} -->): table only in {TABLES}/",
                     spec.name
-                ),
+                );
             }
         }
         for (rule, v, text) in table.verdicts {
             all_verdicts.push(format!("{}: {rule}: {v:?} ({text})", spec.name));
         }
-    }
-    if !args.quick {
-        std::fs::write("README.md", readme)?;
     }
     println!("verdicts:");
     for v in &all_verdicts {

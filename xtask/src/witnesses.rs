@@ -6,7 +6,7 @@
 //! backward with a centred difference; one whose name says `autodiff`, `burn` or `modules`
 //! compares the hand-derived pass (or the reference optimizer) with the Burn module's autodiff (or
 //! Burn's optimizer) on the same weights. The worst figure of every such test goes into a table
-//! per layer: `docs/witnesses.md` and the README between `<!-- witnesses:table -->` markers.
+//! per layer: `docs/witnesses.md` and `docs/witness-system.md` between `<!-- witnesses:table -->` markers.
 
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
@@ -320,16 +320,11 @@ pub fn run(args: WitnessArgs) -> Result<()> {
             .collect::<String>()
     );
     std::fs::write(DOC, doc)?;
-    let mut readme = std::fs::read_to_string("README.md").context("README.md")?;
     for (name, text) in [("table", &body), ("fixtures", &fixture_body)] {
-        match crate::tables::replace_between(&readme, "witnesses", name, text) {
-            Some(new) => readme = new,
-            None => eprintln!(
-                "README has no <!-- witnesses:{name} --> markers: that table is only in {DOC}"
-            ),
+        if !crate::tables::write_marked("witnesses", name, text)? {
+            eprintln!("no page has <!-- witnesses:{name} --> markers: that table is only in {DOC}");
         }
     }
-    std::fs::write("README.md", readme)?;
     eprintln!("wrote {DOC}");
     Ok(())
 }
