@@ -44,9 +44,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "dit" => dit(args.rounds, args.steps, &args.parts),
         "video" => video(args.rounds, args.steps, args.batch, &args.parts),
         "allocator" => allocator(args.rounds),
-        "pytorch" => {
-            crate::bench_pytorch::run(args.rounds, &args.python, &args.only, args.parts[0])
-        }
+        "pytorch" => crate::bench_pytorch::run(
+            args.rounds,
+            args.steps,
+            &args.python,
+            &args.only,
+            args.parts[0],
+        ),
         probe if probe.starts_with(PROBE) => {
             let rate = probe_rate(&probe[PROBE.len()..])?;
             println!("{rate} {}", nervus_training::alloc::name());

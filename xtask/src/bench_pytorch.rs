@@ -29,19 +29,19 @@ const WORKLOADS: [Workload; 3] = [
         name: "gpt-small",
         label: "GPT small: 2 layers, d 64, 4 heads, context 64 (batch 16)",
         unit: "characters/s",
-        steps: 30,
+        steps: 100,
     },
     Workload {
         name: "gpt-large",
         label: "GPT large: 6 layers, d 256, 8 heads, context 256 (batch 16)",
         unit: "characters/s",
-        steps: 3,
+        steps: 6,
     },
     Workload {
         name: "dit",
         label: "DiT digits: 4 layers, d 128, 49 tokens (batch 64)",
         unit: "images/s",
-        steps: 10,
+        steps: 30,
     },
 ];
 
@@ -120,7 +120,13 @@ fn nervus_rate(w: &Workload, steps: usize, parts: usize) -> f64 {
 }
 
 /// The table, printed; `only` picks workloads by name (all when empty).
-pub fn run(rounds: usize, python: &str, only: &[String], parts: usize) -> Result<()> {
+pub fn run(
+    rounds: usize,
+    steps: Option<usize>,
+    python: &str,
+    only: &[String],
+    parts: usize,
+) -> Result<()> {
     check_python(python)?;
     let script = script_path()?;
     let chosen: Vec<&Workload> = WORKLOADS
@@ -148,9 +154,10 @@ pub fn run(rounds: usize, python: &str, only: &[String], parts: usize) -> Result
     writeln!(t, "|---|---|---|---|---|---|")?;
     for w in chosen {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let n = steps.unwrap_or(w.steps);
         for r in 0..rounds {
-            ours.push(nervus_rate(w, w.steps, parts));
-            theirs.push(torch_rate(python, &script, w, w.steps)?);
+            ours.push(nervus_rate(w, n, parts));
+            theirs.push(torch_rate(python, &script, w, n)?);
             eprintln!(
                 "  {} round {}/{rounds}: nervus {:.0}, PyTorch {:.0}",
                 w.name,
