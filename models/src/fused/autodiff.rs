@@ -7,7 +7,7 @@
 //! - Attention from packed `qkv` rows saves `qkv` and `P`, and hands back `dqkv` in the same
 //!   packed layout.
 //! - A norm saves `x̂` and `1/σ` (and `gamma`); backward as `reference/layer_norm.rs`.
-//! - The GELU saves its input.
+//! - The GELU saves its derivative at each input, computed beside it in the forward pass.
 
 use super::FusedOps;
 use burn::tensor::TensorMetadata;
@@ -96,7 +96,7 @@ impl<B: FusedOps> Backward<B, 3> for NormBackward {
 struct GeluBackward;
 
 impl<B: FusedOps> Backward<B, 1> for GeluBackward {
-    /// The input.
+    /// The GELU's derivative at each input.
     type State = FloatTensor<B>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -191,14 +191,16 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
     }
 
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        let y = B::gelu_fwd(x.primitive.clone());
         match GeluBackward
             .prepare::<C>([x.node])
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(prep) => prep.finish(x.primitive, y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
+            OpsKind::Tracked(prep) => {
+                let (y, slope) = B::gelu_with_slope(x.primitive);
+                prep.finish(slope, y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::gelu_fwd(x.primitive)),
         }
     }
 }

@@ -232,20 +232,29 @@ pub fn gelu_fwd<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     B::float_reshape(prim(gelu_tanh(wrap::<B, 1>(flat::<B>(x)))), shape)
 }
 
-/// See [`super::FusedOps::gelu_bwd`]. With `s = σ(2z)` and `u = −2z` below the clamp:
-/// `dx = dy·(s + x·s·(1 − s)·2√(2/π)·(1 + 3·0.044715·x²))`; past the clamp the second term is
-/// zero, as the clamped exponential's gradient is.
-pub fn gelu_bwd<B: Backend>(x: FloatTensor<B>, dy: FloatTensor<B>) -> FloatTensor<B> {
+/// See [`super::FusedOps::gelu_with_slope`].
+pub fn gelu_with_slope<B: Backend>(x: FloatTensor<B>) -> (FloatTensor<B>, FloatTensor<B>) {
+    (gelu_fwd::<B>(x.clone()), gelu_slope::<B>(x))
+}
+
+/// See [`super::FusedOps::gelu_bwd`].
+pub fn gelu_bwd<B: Backend>(slope: FloatTensor<B>, dy: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_mul(dy, slope)
+}
+
+/// The GELU's derivative at `x`. With `s = σ(2z)` and `u = −2z` below the clamp:
+/// `s + x·s·(1 − s)·2√(2/π)·(1 + 3·0.044715·x²)`; past the clamp the second term is zero, as the
+/// clamped exponential's gradient is.
+fn gelu_slope<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let shape = burn::tensor::TensorMetadata::shape(&x);
-    let (x, dy) = (wrap::<B, 1>(flat::<B>(x)), wrap::<B, 1>(flat::<B>(dy)));
+    let x = wrap::<B, 1>(flat::<B>(x));
     let x2 = x.clone() * x.clone();
     let minus_2z = (x.clone() + x2.clone() * x.clone() * 0.044_715) * (-2.0 * SQRT_2_OVER_PI);
     let past = minus_2z.clone().greater_equal_elem(crate::gelu::EXP_CLAMP);
     let s = (minus_2z.clamp_max(crate::gelu::EXP_CLAMP).exp() + 1.0).recip();
     let du = (x2 * (3.0 * 0.044_715) + 1.0) * (2.0 * SQRT_2_OVER_PI);
     let curve = (x * s.clone() * (s.clone().neg() + 1.0) * du).mask_fill(past, 0.0);
-    let slope = s + curve;
-    B::float_reshape(prim(dy * slope), shape)
+    B::float_reshape(prim(s + curve), shape)
 }
 
 /// Any primitive as one axis.

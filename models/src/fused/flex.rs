@@ -260,20 +260,40 @@ fn gelu_fwd<T: Real>(x: &FlexTensor) -> FlexTensor {
     tensor(out, shape)
 }
 
-fn gelu_bwd<T: Real>(x: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
+fn gelu_with_slope<T: Real>(x: &FlexTensor) -> (FlexTensor, FlexTensor) {
     let shape = x.layout().shape().clone();
-    let (src, dy) = (values::<T>(x), values::<T>(dy));
+    let src = values::<T>(x);
     let clamp = T::of(crate::gelu::EXP_CLAMP);
     let (k, c3) = (T::of(2.0 * SQRT_2_OVER_PI), T::of(3.0 * 0.044_715));
-    let mut out = vec![T::zero(); src.len()];
-    for_row_blocks(&mut out, 1, |i0, block| {
-        for ((o, &x), &d) in block.iter_mut().zip(&src[i0..]).zip(&dy[i0..]) {
+    let work = |i0: usize, y: &mut [T], slope: &mut [T]| {
+        for ((y, sl), &x) in y.iter_mut().zip(slope.iter_mut()).zip(&src[i0..]) {
             let (u, s) = gelu_parts(x);
-            let mut slope = s;
+            *y = x * s;
+            *sl = s;
             if u < clamp {
-                slope = slope + x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
+                *sl = s + x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
             }
-            *o = d * slope;
+        }
+    };
+    let (mut y, mut slope) = (vec![T::zero(); src.len()], vec![T::zero(); src.len()]);
+    if src.len() < 2 * GRAIN {
+        work(0, &mut y, &mut slope);
+    } else {
+        y.par_chunks_mut(GRAIN)
+            .zip(slope.par_chunks_mut(GRAIN))
+            .enumerate()
+            .for_each(|(i, (y, sl))| work(i * GRAIN, y, sl));
+    }
+    (tensor(y, shape.clone()), tensor(slope, shape))
+}
+
+fn gelu_bwd<T: Real>(slope: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
+    let shape = slope.layout().shape().clone();
+    let (slope, dy) = (values::<T>(slope), values::<T>(dy));
+    let mut out = vec![T::zero(); slope.len()];
+    for_row_blocks(&mut out, 1, |i0, block| {
+        for ((o, &s), &d) in block.iter_mut().zip(&slope[i0..]).zip(&dy[i0..]) {
+            *o = d * s;
         }
     });
     tensor(out, shape)
@@ -370,9 +390,22 @@ impl FusedOps for Flex {
         by_dtype!(x, gelu_fwd::<T>(&x), composed::gelu_fwd::<Flex>(x))
     }
 
-    fn gelu_bwd(x: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
-        let (x, dy) = (x.to_contiguous(), dy.to_contiguous());
-        by_dtype!(x, gelu_bwd::<T>(&x, &dy), composed::gelu_bwd::<Flex>(x, dy))
+    fn gelu_with_slope(x: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let x = x.to_contiguous();
+        by_dtype!(
+            x,
+            gelu_with_slope::<T>(&x),
+            composed::gelu_with_slope::<Flex>(x)
+        )
+    }
+
+    fn gelu_bwd(slope: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (slope, dy) = (slope.to_contiguous(), dy.to_contiguous());
+        by_dtype!(
+            slope,
+            gelu_bwd::<T>(&slope, &dy),
+            composed::gelu_bwd::<Flex>(slope, dy)
+        )
     }
 
     fn packed_attention_fwd(

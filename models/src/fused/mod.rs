@@ -93,9 +93,15 @@ pub trait FusedOps: Backend {
         composed::gelu_fwd::<Self>(x)
     }
 
-    /// `dx` from the saved input `x` and `dy`.
-    fn gelu_bwd(x: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
-        composed::gelu_bwd::<Self>(x, dy)
+    /// The GELU and its derivative at each input, `(y, dy/dx)`, for training: the backward pass
+    /// is then one product.
+    fn gelu_with_slope(x: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        composed::gelu_with_slope::<Self>(x)
+    }
+
+    /// `dx = dy ⊙ slope`, from the slope saved by [`FusedOps::gelu_with_slope`].
+    fn gelu_bwd(slope: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        composed::gelu_bwd::<Self>(slope, dy)
     }
 
     /// Self-attention from packed rows: `qkv [B, T, 3C]` (GPT-2's `c_attn` output: `q | k | v`,
