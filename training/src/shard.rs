@@ -22,7 +22,6 @@ use nervus_models::flow::FlowBatch;
 use nervus_models::gpt::LmBatch;
 use nervus_models::mlp::ClassBatch;
 use nervus_models::output::LossOutput;
-use rayon::prelude::*;
 
 /// A training batch that can be cut into parts along its first axis.
 pub trait Shard: Sized {
@@ -83,17 +82,19 @@ where
         .expect("a model with parameters");
     let inputs: Vec<M::Input> = cuts.iter().map(|&(s, l)| batch.part(s, l)).collect();
     drop(batch);
-    // On rayon's threads, which live as long as the process: threads spawned afresh every step
-    // each started with an empty allocator heap and a new stack, and the kernel then spent a
-    // quarter of a small GPT's step zeroing the pages they touched.
-    let forks: Vec<(M, M::Input)> = inputs
-        .into_iter()
-        .map(|input| (model.clone().fork(&device), input))
-        .collect();
-    let outs: Vec<TrainOutput<M::Output>> = forks
-        .into_par_iter()
-        .map(|(fork, input)| fork.step(input))
-        .collect();
+    let outs: Vec<TrainOutput<M::Output>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = inputs
+            .into_iter()
+            .map(|input| {
+                let fork = model.clone().fork(&device);
+                scope.spawn(move || fork.step(input))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     let total: f64 = outs.iter().map(|o| o.item.weight()).sum();
     let mut acc = GradientsAccumulator::new();
     let mut items = Vec::with_capacity(outs.len());
