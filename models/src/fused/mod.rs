@@ -4,7 +4,7 @@
 //! dozen or so tensor operations they are written with, each a graph node with a backward step of
 //! its own, each a pass over memory, and (on flex) each on one thread below a few million
 //! elements. Here each of them is one node: its forward pass saves what its backward pass needs
-//! (the attention weights; the normalised rows and 1/σ; the GELU's input), and its backward pass
+//! (the attention weights; the normalised rows and 1/σ; the GELU's derivative), and its backward pass
 //! is the hand-derived one of `reference/`, computed from those.
 //!
 //! The mechanism is Burn's backend extension (the Burn book's "Backend Extension" chapter):
