@@ -128,8 +128,8 @@ fn steps_per_sec<B, M>(
 ) -> f64
 where
     B: AutodiffBackend,
-    M: AutodiffModule<B> + TrainStep<Output = LossOutput<B::InnerBackend>>,
-    M::Input: crate::shard::Shard + Clone + Send,
+    M: AutodiffModule<B> + TrainStep<Output = LossOutput<B::InnerBackend>> + 'static,
+    M::Input: crate::shard::Shard + Clone + Send + 'static,
 {
     let mut optim = OptimizerSpec::adamw(decay).build(clip);
     let mut last = None;

@@ -13,6 +13,8 @@
 //! one lock per graph, and two uses of the same leaves would merge the graphs into one). A fork
 //! keeps every parameter's id, so the gradients land on the learner's model.
 
+use std::sync::{Arc, Mutex};
+
 use burn::module::AutodiffModule;
 use burn::optim::GradientsAccumulator;
 use burn::prelude::*;
@@ -44,6 +46,28 @@ pub fn one() -> usize {
     1
 }
 
+/// The first `n` part threads: each a rayon pool of one thread, kept for the process. A part's
+/// step runs inside its pool, so the kernels' own parallel loops (flex's matrix products, the
+/// fused ops) run on that one thread instead of meeting the other part's in rayon's global pool:
+/// two cores, two threads, no hand-offs. Kept, not spawned a step: a fresh thread costs its stack
+/// and a fresh allocator arena each time (page clearing took a fifth of a small GPT's step).
+/// Parts never wait on each other, and a one-thread pool never runs a foreign job inside its own,
+/// so sharing the pools between trainings in one process (the tests) cannot deadlock.
+fn part_pools(n: usize) -> Vec<Arc<rayon::ThreadPool>> {
+    static POOLS: Mutex<Vec<Arc<rayon::ThreadPool>>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    while pools.len() < n {
+        let i = pools.len();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(move |_| format!("nervus-part-{i}"))
+            .build()
+            .expect("starting a part thread");
+        pools.push(Arc::new(pool));
+    }
+    pools[..n].to_vec()
+}
+
 /// Item ranges of `n` items cut into at most `parts` consecutive, nearly equal parts (the first
 /// `n % parts` one item longer); never an empty part.
 pub fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
@@ -67,9 +91,9 @@ pub fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
 pub fn step<B, M>(model: &M, batch: M::Input, parts: usize) -> TrainOutput<M::Output>
 where
     B: AutodiffBackend,
-    M: TrainStep + AutodiffModule<B>,
-    M::Input: Shard + Send,
-    M::Output: Merge + Send,
+    M: TrainStep + AutodiffModule<B> + 'static,
+    M::Input: Shard + Send + 'static,
+    M::Output: Merge + Send + 'static,
 {
     let cuts = ranges(batch.items(), parts);
     if cuts.len() <= 1 {
@@ -82,19 +106,30 @@ where
         .expect("a model with parameters");
     let inputs: Vec<M::Input> = cuts.iter().map(|&(s, l)| batch.part(s, l)).collect();
     drop(batch);
-    let outs: Vec<TrainOutput<M::Output>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = inputs
-            .into_iter()
-            .map(|input| {
-                let fork = model.clone().fork(&device);
-                scope.spawn(move || fork.step(input))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
+    let pools = part_pools(inputs.len());
+    let (send, receive) = std::sync::mpsc::channel();
+    let mut inputs = inputs.into_iter().enumerate();
+    let (_, first) = inputs.next().expect("two or more parts");
+    for (i, input) in inputs {
+        let fork = model.clone().fork(&device);
+        let send = send.clone();
+        pools[i].spawn(move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fork.step(input)));
+            // The receiver outlives every part: it waits for all of them below.
+            let _ = send.send((i, out));
+        });
+    }
+    drop(send);
+    let fork = model.clone().fork(&device);
+    let mut outs: Vec<Option<TrainOutput<M::Output>>> = (0..cuts.len()).map(|_| None).collect();
+    outs[0] = Some(pools[0].install(move || fork.step(first)));
+    for (i, out) in receive {
+        outs[i] = Some(out.unwrap_or_else(|e| std::panic::resume_unwind(e)));
+    }
+    let outs: Vec<TrainOutput<M::Output>> = outs
+        .into_iter()
+        .map(|o| o.expect("every part sends its output"))
+        .collect();
     let total: f64 = outs.iter().map(|o| o.item.weight()).sum();
     let mut acc = GradientsAccumulator::new();
     let mut items = Vec::with_capacity(outs.len());

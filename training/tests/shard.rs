@@ -86,9 +86,9 @@ fn check<M>(
     parts: usize,
     loss_of: impl Fn(&M::Output) -> f64,
 ) where
-    M: TrainStep + AutodiffModule<B>,
-    M::Input: Shard + Clone + Send,
-    M::Output: Merge + Send,
+    M: TrainStep + AutodiffModule<B> + 'static,
+    M::Input: Shard + Clone + Send + 'static,
+    M::Output: Merge + Send + 'static,
 {
     let whole: TrainOutput<M::Output> = model.step(batch.clone());
     let cut = shard::step(model, batch, parts);

@@ -26,7 +26,7 @@ pub struct BenchArgs {
     /// compares the model's own step with two parts run side by side.
     #[arg(long, value_delimiter = ',', default_values_t = [nervus_training::backend::PARTS])]
     parts: Vec<usize>,
-    /// The Python that has torch and diffusers (`pytorch`).
+    /// The Python that has torch and diffusers (`pytorch`); `none` measures this project alone.
     #[arg(long, default_value = "python3")]
     python: String,
     /// Only these workloads (`pytorch`): gpt-small, gpt-large, dit.

@@ -127,15 +127,13 @@ pub fn run(
     only: &[String],
     parts: usize,
 ) -> Result<()> {
+    // `--python none`: nervus alone (for a profiler), no PyTorch runs and no ratios.
+    if python == "none" {
+        return nervus_alone(rounds, steps, only, parts);
+    }
     check_python(python)?;
     let script = script_path()?;
-    let chosen: Vec<&Workload> = WORKLOADS
-        .iter()
-        .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name))
-        .collect();
-    if chosen.is_empty() {
-        bail!("no workload matches {only:?}: try gpt-small, gpt-large, dit");
-    }
+    let chosen = choose(only)?;
     println!(
         "nervus ({}, {parts} part(s) a batch, fused ops {}) against PyTorch eager, {} threads, {rounds} alternating rounds, medians",
         nervus_training::backend::NAME,
@@ -178,5 +176,31 @@ pub fn run(
         )?;
     }
     print!("{t}");
+    Ok(())
+}
+
+fn choose(only: &[String]) -> Result<Vec<&'static Workload>> {
+    let chosen: Vec<&Workload> = WORKLOADS
+        .iter()
+        .filter(|w| only.is_empty() || only.iter().any(|o| o == w.name))
+        .collect();
+    if chosen.is_empty() {
+        bail!("no workload matches {only:?}: try gpt-small, gpt-large, dit");
+    }
+    Ok(chosen)
+}
+
+/// `--python none`: this project's rates alone, one line per round (to run under a profiler).
+fn nervus_alone(rounds: usize, steps: Option<usize>, only: &[String], parts: usize) -> Result<()> {
+    for w in choose(only)? {
+        let n = steps.unwrap_or(w.steps);
+        let rates: Vec<f64> = (0..rounds).map(|_| nervus_rate(w, n, parts)).collect();
+        println!(
+            "{} ({parts} part(s)): {:.0} {} (median of {rounds})",
+            w.name,
+            median(&rates),
+            w.unit
+        );
+    }
     Ok(())
 }
