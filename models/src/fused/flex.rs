@@ -26,9 +26,122 @@ pub(super) trait Real:
     fn of(v: f64) -> Self {
         <Self as num_traits::NumCast>::from(v).expect("a float constant")
     }
+    /// e^x for the kernels: f32 by [`exp_f32`] (vectorises), f64 by libm (the witness twin).
+    fn exp_kernel(self) -> Self;
 }
-impl Real for f32 {}
-impl Real for f64 {}
+impl Real for f32 {
+    #[inline(always)]
+    fn exp_kernel(self) -> f32 {
+        exp_f32(self)
+    }
+}
+impl Real for f64 {
+    #[inline(always)]
+    fn exp_kernel(self) -> f64 {
+        self.exp()
+    }
+}
+
+/// e^x in f32 arithmetic alone, so that a loop of it vectorises (libm's `expf` is a call per
+/// element, a fifth of a small GPT's step): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2` (n rounded by
+/// the 1.5·2²³ trick, ln 2 split in two so that `n·ln 2` is exact), `e^r` by its degree-7 Taylor
+/// polynomial with minimax-adjusted coefficients (Cephes' `expf`), and `2ⁿ` built from its
+/// exponent bits. Within 1e-7 relative of e^x on `[-87, 88]` (the test
+/// `fast_exp_is_within_an_ulp` checks every 1e-4 step); `x` is clamped to that range, so the
+/// result is never 0 or ∞ (softmax's arguments are ≤ 0 and GELU clamps its own), and NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -0.000_212_194_44;
+    const C: [f32; 6] = [
+        0.000_198_756_91,
+        0.001_398_199_9,
+        0.008_333_452,
+        0.041_665_796,
+        0.166_666_66,
+        0.5,
+    ];
+    let x = x.clamp(-87.0, 88.0);
+    let z = x * std::f32::consts::LOG2_E + ROUND;
+    let n = z - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = C[0];
+    for c in &C[1..] {
+        p = p * r + *c;
+    }
+    let e = p * r * r + r + 1.0;
+    // z's low mantissa bits hold n: the exponent field of 2ⁿ is n + 127.
+    let n = (z.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    e * f32::from_bits((n.wrapping_add(127) as u32) << 23)
+}
+
+/// Partial sums a reduction keeps side by side, so that it vectorises; the order the floats
+/// are added in depends on the length alone.
+const LANES: usize = 8;
+
+/// `Σ f(a[i], b[i])` over equal-length slices, in [`LANES`] interleaved partial sums.
+#[inline(always)]
+pub(super) fn sum_pairs<T: Real>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [T::zero(); LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] = acc[l] + f(x[l], y[l]);
+        }
+    }
+    let mut total = T::zero();
+    for v in acc {
+        total = total + v;
+    }
+    for (&x, &y) in ra.iter().zip(rb) {
+        total = total + f(x, y);
+    }
+    total
+}
+
+/// `Σ f(a[i])`, as [`sum_pairs`].
+#[inline(always)]
+pub(super) fn sum_by<T: Real>(a: &[T], f: impl Fn(T) -> T) -> T {
+    sum_pairs(a, a, |x, _| f(x))
+}
+
+/// The largest element (−∞ for none), in [`LANES`] interleaved maxima.
+#[inline(always)]
+fn max_of<T: Real>(a: &[T]) -> T {
+    let mut acc = [T::neg_infinity(); LANES];
+    let chunks = a.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for x in chunks {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(x[l]);
+        }
+    }
+    acc.into_iter()
+        .chain(rest.iter().copied())
+        .fold(T::neg_infinity(), T::max)
+}
+
+/// A function item and its arguments, for [`simd_fn`].
+struct Kernel<F, A>(F, A);
+
+impl<R, A, F: FnOnce(A) -> R> pulp::WithSimd for Kernel<F, A> {
+    type Output = R;
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> R {
+        (self.0)(self.1)
+    }
+}
+
+/// `f(args)` compiled for the widest SIMD instructions this CPU has (pulp picks them at run time),
+/// so that its loops vectorise to that width. `f` must be an `#[inline(always)]` function, not a
+/// closure: only what is inlined into the dispatch gets those instructions, and a closure's body
+/// is a function of its own that the compiler keeps apart (measured: the GELU loop stayed SSE2).
+#[inline(always)]
+pub(super) fn simd_fn<A, R>(f: impl FnOnce(A) -> R, args: A) -> R {
+    pulp::Arch::new().dispatch(Kernel(f, args))
+}
 
 pub(super) fn values<T: Real>(t: &FlexTensor) -> &[T] {
     t.as_slice::<T>()
@@ -49,37 +162,44 @@ fn block_rows(cols: usize) -> usize {
 }
 
 /// Calls `f(first_row, out_rows)` on blocks of whole rows of `out` (`cols` wide), on rayon's
-/// threads when there is enough work.
-fn for_row_blocks<T: Real>(out: &mut [T], cols: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+/// threads when there is enough work, each block under [`simd_fn`].
+/// `f` is an `#[inline(always)]` function of `(first_row, out_rows, args)` (see [`simd_fn`]).
+fn for_row_blocks<T: Real, A: Copy + Sync>(
+    out: &mut [T],
+    cols: usize,
+    args: A,
+    f: impl Fn((usize, &mut [T], A)) + Copy + Sync,
+) {
     let rows = block_rows(cols);
     if out.len() < 2 * GRAIN || cols == 0 {
-        f(0, out);
+        simd_fn(f, (0, out, args));
     } else {
         out.par_chunks_mut(rows * cols)
             .enumerate()
-            .for_each(|(i, chunk)| f(i * rows, chunk));
+            .for_each(|(i, chunk)| simd_fn(f, (i * rows, chunk, args)));
     }
 }
 
 /// One row of weights in place: `row[..seen]` ← softmax of itself, `row[seen..]` ← 0.
+#[inline(always)]
 pub(super) fn softmax_row<T: Real>(row: &mut [T], seen: usize) {
-    let max = row[..seen].iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-    let mut sum = T::zero();
-    for v in &mut row[..seen] {
-        *v = (*v - max).exp();
-        sum = sum + *v;
+    let (live, masked) = row.split_at_mut(seen);
+    let max = max_of(live);
+    for v in live.iter_mut() {
+        *v = (*v - max).exp_kernel();
     }
-    let inv = sum.recip();
-    for v in &mut row[..seen] {
+    let inv = sum_by(live, |v| v).recip();
+    for v in live.iter_mut() {
         *v = *v * inv;
     }
-    row[seen..].fill(T::zero());
+    masked.fill(T::zero());
 }
 
 /// One row of a softmax's backward pass in place: `g` ← `scale · p ⊙ (g − Σ p ⊙ g)`, from the
 /// weights' gradient `g` and the weights `p`.
-pub(super) fn softmax_grad_row<T: Real>(g: &mut [T], p: &[T], scale: T) {
-    let along: T = g.iter().zip(p).map(|(&a, &b)| a * b).sum();
+#[inline(always)]
+fn softmax_grad_row<T: Real>(g: &mut [T], p: &[T], scale: T) {
+    let along = sum_pairs(g, p, |a, b| a * b);
     for (g, &p) in g.iter_mut().zip(p) {
         *g = scale * p * (*g - along);
     }
@@ -91,17 +211,35 @@ fn softmax_fwd<T: Real>(s: &FlexTensor, scale: f64, causal: Option<usize>) -> Fl
     let src = values::<T>(s);
     let scale = T::of(scale);
     let mut out = vec![T::zero(); src.len()];
-    for_row_blocks(&mut out, tk, |row0, block| {
-        for (r, o) in block.chunks_mut(tk).enumerate() {
-            let row = row0 + r;
-            let seen = causal.map_or(tk, |offset| (row % tq + offset + 1).min(tk));
-            for (o, &v) in o[..seen].iter_mut().zip(&src[row * tk..]) {
-                *o = v * scale;
-            }
-            softmax_row(o, seen);
-        }
-    });
+    for_row_blocks(&mut out, tk, (src, tq, tk, scale, causal), softmax_fwd_rows);
     tensor(out, shape)
+}
+
+type SoftmaxArgs<'a, T> = (&'a [T], usize, usize, T, Option<usize>);
+
+#[inline(always)]
+fn softmax_fwd_rows<T: Real>(
+    (row0, block, (src, tq, tk, scale, causal)): (usize, &mut [T], SoftmaxArgs<T>),
+) {
+    for (r, o) in block.chunks_mut(tk).enumerate() {
+        let row = row0 + r;
+        let seen = causal.map_or(tk, |offset| (row % tq + offset + 1).min(tk));
+        for (o, &v) in o[..seen].iter_mut().zip(&src[row * tk..]) {
+            *o = v * scale;
+        }
+        softmax_row(o, seen);
+    }
+}
+
+/// Rows of a softmax's backward pass in place (`block` starts at row `row0` of `p`).
+#[inline(always)]
+pub(super) fn softmax_bwd_rows<T: Real>(
+    (row0, block, (p, tk, scale)): (usize, &mut [T], (&[T], usize, T)),
+) {
+    for (r, g) in block.chunks_mut(tk).enumerate() {
+        let at = (row0 + r) * tk;
+        softmax_grad_row(g, &p[at..at + tk], scale);
+    }
 }
 
 fn softmax_bwd<T: Real>(p: &FlexTensor, dp: &FlexTensor, scale: f64) -> FlexTensor {
@@ -110,13 +248,63 @@ fn softmax_bwd<T: Real>(p: &FlexTensor, dp: &FlexTensor, scale: f64) -> FlexTens
     let mut out = values::<T>(dp).to_vec();
     let p = values::<T>(p);
     let scale = T::of(scale);
-    for_row_blocks(&mut out, tk, |row0, block| {
-        for (r, g) in block.chunks_mut(tk).enumerate() {
-            let at = (row0 + r) * tk;
-            softmax_grad_row(g, &p[at..at + tk], scale);
-        }
-    });
+    for_row_blocks(&mut out, tk, (p, tk, scale), softmax_bwd_rows);
     tensor(out, shape)
+}
+
+/// What [`norm_rows`] reads.
+#[derive(Clone, Copy)]
+struct NormArgs<'a, T> {
+    src: &'a [T],
+    gamma: Option<&'a [T]>,
+    beta: Option<&'a [T]>,
+    eps: T,
+    n: T,
+    c: usize,
+    rms: bool,
+}
+
+/// Rows `row0..` of a norm's forward pass: `y`, `x̂` and `1/σ`.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn norm_rows<T: Real>(
+    (row0, y, xhat, rstd, a): (usize, &mut [T], &mut [T], &mut [T], NormArgs<T>),
+) {
+    let NormArgs {
+        src,
+        gamma,
+        beta,
+        eps,
+        n,
+        c,
+        rms,
+    } = a;
+    for (r, ((y, xh), rs)) in y
+        .chunks_mut(c)
+        .zip(xhat.chunks_mut(c))
+        .zip(rstd.iter_mut())
+        .enumerate()
+    {
+        let x = &src[(row0 + r) * c..(row0 + r + 1) * c];
+        let mean = if rms { T::zero() } else { sum_by(x, |v| v) / n };
+        let var = sum_by(x, |v| (v - mean) * (v - mean)) / n;
+        let inv = (var + eps).sqrt().recip();
+        *rs = inv;
+        for (xh, &v) in xh.iter_mut().zip(x) {
+            *xh = (v - mean) * inv;
+        }
+        y.copy_from_slice(xh);
+        if let Some(g) = gamma {
+            for (y, &g) in y.iter_mut().zip(g) {
+                *y = *y * g;
+            }
+        }
+        if let Some(b) = beta {
+            for (y, &b) in y.iter_mut().zip(b) {
+                *y = *y + b;
+            }
+        }
+    }
 }
 
 fn norm_fwd<T: Real>(
@@ -133,46 +321,91 @@ fn norm_fwd<T: Real>(
     let mut y = vec![T::zero(); src.len()];
     let mut xhat = vec![T::zero(); src.len()];
     let mut rstd = vec![T::zero(); rows];
-    let work = |row0: usize, y: &mut [T], xhat: &mut [T], rstd: &mut [T]| {
-        for (r, ((y, xh), rs)) in y
-            .chunks_mut(c)
-            .zip(xhat.chunks_mut(c))
-            .zip(rstd.iter_mut())
-            .enumerate()
-        {
-            let x = &src[(row0 + r) * c..(row0 + r + 1) * c];
-            let mean = if rms {
-                T::zero()
-            } else {
-                x.iter().copied().sum::<T>() / n
-            };
-            let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
-            let inv = (var + eps).sqrt().recip();
-            *rs = inv;
-            for (j, ((y, xh), &v)) in y.iter_mut().zip(xh.iter_mut()).zip(x).enumerate() {
-                let h = (v - mean) * inv;
-                *xh = h;
-                let g = gamma.map_or(T::one(), |g| g[j]);
-                let b = beta.map_or(T::zero(), |b| b[j]);
-                *y = h * g + b;
-            }
-        }
+    let args = NormArgs {
+        src,
+        gamma,
+        beta,
+        eps,
+        n,
+        c,
+        rms,
     };
     let br = block_rows(c);
     if src.len() < 2 * GRAIN || c == 0 {
-        work(0, &mut y, &mut xhat, &mut rstd);
+        simd_fn(
+            norm_rows,
+            (0, &mut y[..], &mut xhat[..], &mut rstd[..], args),
+        );
     } else {
         y.par_chunks_mut(br * c)
             .zip(xhat.par_chunks_mut(br * c))
             .zip(rstd.par_chunks_mut(br))
             .enumerate()
-            .for_each(|(i, ((y, xh), rs))| work(i * br, y, xh, rs));
+            .for_each(|(i, ((y, xh), rs))| simd_fn(norm_rows, (i * br, y, xh, rs, args)));
     }
     (
         tensor(y, shape.clone()),
         tensor(xhat, shape),
         tensor(rstd, Shape::new([rows, 1])),
     )
+}
+
+/// What [`norm_grad_rows`] reads.
+#[derive(Clone, Copy)]
+struct NormGradArgs<'a, T> {
+    dy: &'a [T],
+    xhat: &'a [T],
+    rstd: &'a [T],
+    gamma: Option<&'a [T]>,
+    beta: bool,
+    n: T,
+    c: usize,
+    rms: bool,
+}
+
+/// Rows `row0..` of a norm's backward pass: `dx`, and this block's partial `(dγ, dβ)`.
+#[inline(always)]
+fn norm_grad_rows<T: Real>((row0, dx, a): (usize, &mut [T], NormGradArgs<T>)) -> (Vec<T>, Vec<T>) {
+    let NormGradArgs {
+        dy,
+        xhat,
+        rstd,
+        gamma,
+        beta,
+        n,
+        c,
+        rms,
+    } = a;
+    let mut dg = vec![T::zero(); if gamma.is_some() { c } else { 0 }];
+    let mut db = vec![T::zero(); if beta { c } else { 0 }];
+    for (r, dx) in dx.chunks_mut(c).enumerate() {
+        let at = (row0 + r) * c;
+        let (dy, xh) = (&dy[at..at + c], &xhat[at..at + c]);
+        // dx holds g = dy ⊙ γ until the last line.
+        dx.copy_from_slice(dy);
+        if let Some(gm) = gamma {
+            for (g, &gm) in dx.iter_mut().zip(gm) {
+                *g = *g * gm;
+            }
+        }
+        let m1 = if rms {
+            T::zero()
+        } else {
+            sum_by(dx, |g| g) / n
+        };
+        let m2 = sum_pairs(dx, xh, |g, h| g * h) / n;
+        let inv = rstd[row0 + r];
+        for (o, &h) in dx.iter_mut().zip(xh) {
+            *o = (*o - m1 - h * m2) * inv;
+        }
+        for ((o, &d), &h) in dg.iter_mut().zip(dy).zip(xh) {
+            *o = *o + d * h;
+        }
+        for (o, &d) in db.iter_mut().zip(dy) {
+            *o = *o + d;
+        }
+    }
+    (dg, db)
 }
 
 #[allow(clippy::type_complexity)]
@@ -190,40 +423,23 @@ fn norm_bwd<T: Real>(
     let n = T::of(c as f64);
     let mut dx = vec![T::zero(); dy.len()];
     // One partial (dgamma, dbeta) per block, added in block order below.
-    let work = |row0: usize, dx: &mut [T]| -> (Vec<T>, Vec<T>) {
-        let mut dg = vec![T::zero(); if gamma.is_some() { c } else { 0 }];
-        let mut db = vec![T::zero(); if beta { c } else { 0 }];
-        for (r, dx) in dx.chunks_mut(c).enumerate() {
-            let at = (row0 + r) * c;
-            let (dy, xh) = (&dy[at..at + c], &xhat[at..at + c]);
-            let g = |j: usize| gamma.map_or(dy[j], |gm| dy[j] * gm[j]);
-            let (mut sum_g, mut sum_gx) = (T::zero(), T::zero());
-            for (j, &h) in xh.iter().enumerate() {
-                sum_g = sum_g + g(j);
-                sum_gx = sum_gx + g(j) * h;
-            }
-            let m1 = if rms { T::zero() } else { sum_g / n };
-            let m2 = sum_gx / n;
-            let inv = rstd[row0 + r];
-            for (j, (o, &h)) in dx.iter_mut().zip(xh).enumerate() {
-                *o = (g(j) - m1 - h * m2) * inv;
-            }
-            for ((o, &d), &h) in dg.iter_mut().zip(dy).zip(xh) {
-                *o = *o + d * h;
-            }
-            for (o, &d) in db.iter_mut().zip(dy) {
-                *o = *o + d;
-            }
-        }
-        (dg, db)
+    let args = NormGradArgs {
+        dy,
+        xhat,
+        rstd,
+        gamma,
+        beta,
+        n,
+        c,
+        rms,
     };
     let br = block_rows(c);
     let partials: Vec<(Vec<T>, Vec<T>)> = if dy.len() < 2 * GRAIN || c == 0 {
-        vec![work(0, &mut dx)]
+        vec![simd_fn(norm_grad_rows, (0, &mut dx[..], args))]
     } else {
         dx.par_chunks_mut(br * c)
             .enumerate()
-            .map(|(i, chunk)| work(i * br, chunk))
+            .map(|(i, chunk)| simd_fn(norm_grad_rows, (i * br, chunk, args)))
             .collect()
     };
     let add = |pick: fn(&(Vec<T>, Vec<T>)) -> &Vec<T>| {
@@ -241,10 +457,10 @@ fn norm_bwd<T: Real>(
 }
 
 /// `(u, s)` with `u = −2z` and `s = σ(2z) = 1/(1 + e^min(u, clamp))`.
-#[inline]
+#[inline(always)]
 fn gelu_parts<T: Real>(x: T) -> (T, T) {
     let u = (x + x * x * x * T::of(0.044_715)) * T::of(-2.0 * SQRT_2_OVER_PI);
-    let e = u.min(T::of(crate::gelu::EXP_CLAMP)).exp();
+    let e = u.min(T::of(crate::gelu::EXP_CLAMP)).exp_kernel();
     (u, (e + T::one()).recip())
 }
 
@@ -252,37 +468,48 @@ fn gelu_fwd<T: Real>(x: &FlexTensor) -> FlexTensor {
     let shape = x.layout().shape().clone();
     let src = values::<T>(x);
     let mut out = vec![T::zero(); src.len()];
-    for_row_blocks(&mut out, 1, |i0, block| {
-        for (o, &x) in block.iter_mut().zip(&src[i0..]) {
-            *o = x * gelu_parts(x).1;
-        }
-    });
+    for_row_blocks(&mut out, 1, src, gelu_block);
     tensor(out, shape)
+}
+
+#[inline(always)]
+fn gelu_block<T: Real>((i0, block, src): (usize, &mut [T], &[T])) {
+    for (o, &x) in block.iter_mut().zip(&src[i0..]) {
+        *o = x * gelu_parts(x).1;
+    }
+}
+
+#[inline(always)]
+fn product_block<T: Real>((i0, block, (a, b)): (usize, &mut [T], (&[T], &[T]))) {
+    for ((o, &a), &b) in block.iter_mut().zip(&a[i0..]).zip(&b[i0..]) {
+        *o = a * b;
+    }
+}
+
+/// `y ← gelu(x)` and `slope ← gelu'(x)` over one block of elements.
+#[inline(always)]
+fn gelu_slope_block<T: Real>((x, y, slope): (&[T], &mut [T], &mut [T])) {
+    let clamp = T::of(crate::gelu::EXP_CLAMP);
+    let (k, c3) = (T::of(2.0 * SQRT_2_OVER_PI), T::of(3.0 * 0.044_715));
+    for ((y, sl), &x) in y.iter_mut().zip(slope.iter_mut()).zip(x) {
+        let (u, s) = gelu_parts(x);
+        *y = x * s;
+        let curve = x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
+        *sl = if u < clamp { s + curve } else { s };
+    }
 }
 
 fn gelu_with_slope<T: Real>(x: &FlexTensor) -> (FlexTensor, FlexTensor) {
     let shape = x.layout().shape().clone();
     let src = values::<T>(x);
-    let clamp = T::of(crate::gelu::EXP_CLAMP);
-    let (k, c3) = (T::of(2.0 * SQRT_2_OVER_PI), T::of(3.0 * 0.044_715));
-    let work = |i0: usize, y: &mut [T], slope: &mut [T]| {
-        for ((y, sl), &x) in y.iter_mut().zip(slope.iter_mut()).zip(&src[i0..]) {
-            let (u, s) = gelu_parts(x);
-            *y = x * s;
-            *sl = s;
-            if u < clamp {
-                *sl = s + x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
-            }
-        }
-    };
     let (mut y, mut slope) = (vec![T::zero(); src.len()], vec![T::zero(); src.len()]);
     if src.len() < 2 * GRAIN {
-        work(0, &mut y, &mut slope);
+        simd_fn(gelu_slope_block, (src, &mut y[..], &mut slope[..]));
     } else {
         y.par_chunks_mut(GRAIN)
             .zip(slope.par_chunks_mut(GRAIN))
             .enumerate()
-            .for_each(|(i, (y, sl))| work(i * GRAIN, y, sl));
+            .for_each(|(i, (y, sl))| simd_fn(gelu_slope_block, (&src[i * GRAIN..], y, sl)));
     }
     (tensor(y, shape.clone()), tensor(slope, shape))
 }
@@ -291,11 +518,7 @@ fn gelu_bwd<T: Real>(slope: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
     let shape = slope.layout().shape().clone();
     let (slope, dy) = (values::<T>(slope), values::<T>(dy));
     let mut out = vec![T::zero(); slope.len()];
-    for_row_blocks(&mut out, 1, |i0, block| {
-        for ((o, &s), &d) in block.iter_mut().zip(&slope[i0..]).zip(&dy[i0..]) {
-            *o = d * s;
-        }
-    });
+    for_row_blocks(&mut out, 1, (dy, slope), product_block);
     tensor(out, shape)
 }
 

@@ -13,7 +13,7 @@
 //! Tasks write disjoint blocks of the outputs (their own head's columns of their own sequence's
 //! rows, their own `T × T` block of `P`), so the results do not depend on the threads.
 
-use super::flex::{Real, softmax_grad_row, softmax_row, tensor, values};
+use super::flex::{Real, simd_fn, softmax_bwd_rows, softmax_row, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;
@@ -75,6 +75,14 @@ unsafe fn product<T: Real>(
     }
 }
 
+/// A `[T, T]` block of scores in place: each row its softmax (causal: over keys up to the query).
+#[inline(always)]
+fn softmax_rows<T: Real>((p, t, causal): (&mut [T], usize, bool)) {
+    for (i, row) in p.chunks_mut(t).enumerate() {
+        softmax_row(row, if causal { i + 1 } else { t });
+    }
+}
+
 /// Shapes: `qkv [B, T, 3C]` → `(y [B, T, C], P [B·H, T, T])`.
 pub fn forward<T: Real>(
     qkv: &FlexTensor,
@@ -111,9 +119,7 @@ pub fn forward<T: Real>(
                     scale,
                 );
             }
-            for (i, row) in p.chunks_mut(t).enumerate() {
-                softmax_row(row, if causal { i + 1 } else { t });
-            }
+            simd_fn(softmax_rows, (&mut p[..], t, causal));
             unsafe {
                 product(
                     t,
@@ -179,9 +185,7 @@ pub fn backward<T: Real>(
                 T::one(),
             );
         }
-        for (row, prow) in ds.chunks_mut(t).zip(p.chunks(t)) {
-            softmax_grad_row(row, prow, scale);
-        }
+        simd_fn(softmax_bwd_rows, (0, &mut ds[..], (p, t, scale)));
         unsafe {
             // dQ = dS·K, dK = dSᵀ·Q
             product(
