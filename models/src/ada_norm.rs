@@ -62,9 +62,7 @@ impl<B: Backend> AdaLayerNormZero<B> {
     /// Shapes: conditioning `[B, D]` → six `[B, D]` vectors, in diffusers' chunk order.
     pub fn modulation(&self, conditioning: Tensor<B, 2>) -> Modulation<B> {
         let d = conditioning.dims()[1];
-        let mut parts = self
-            .linear
-            .forward(silu(conditioning))
+        let mut parts = crate::fused::linear(&self.linear, silu(conditioning))
             .split(d, 1)
             .into_iter();
         let mut next = || parts.next().expect("six chunks");

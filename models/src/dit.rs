@@ -141,10 +141,12 @@ pub fn head<B: Backend>(
     cond: Tensor<B, 2>,
 ) -> Tensor<B, 3> {
     let d = cond.dims()[1];
-    let mut ss = proj_out_1.forward(silu(cond)).split(d, 1).into_iter();
+    let mut ss = crate::fused::linear(proj_out_1, silu(cond))
+        .split(d, 1)
+        .into_iter();
     let (shift, scale) = (ss.next().expect("shift"), ss.next().expect("scale"));
     let tokens = modulate(layer_norm_plain(tokens, ADA_NORM_EPS), shift, scale);
-    proj_out_2.forward(tokens)
+    crate::fused::linear(proj_out_2, tokens)
 }
 
 impl<B: AutodiffBackend> TrainStep for Dit<B> {

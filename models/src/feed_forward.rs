@@ -5,6 +5,7 @@
 //! them. SwiGLU: `c_proj(SiLU(c_fc(x)) ⊙ c_up(x))`, a gate multiplying a second projection; with a
 //! hidden width of about 8C/3 it has the parameters of the 4C GELU MLP.
 
+use crate::fused::linear;
 use crate::gelu::gelu_tanh;
 use crate::silu::silu;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -61,9 +62,9 @@ impl<B: Backend> FeedForward<B> {
     /// summed (what Burn's `Linear` does with a batch axis; see [`crate::linear_rows`]).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let h = match &self.c_up {
-            Some(up) => silu(self.c_fc.forward(x.clone())) * up.forward(x),
-            None => gelu_tanh(self.c_fc.forward(x)),
+            Some(up) => silu(linear(&self.c_fc, x.clone())) * linear(up, x),
+            None => gelu_tanh(linear(&self.c_fc, x)),
         };
-        self.c_proj.forward(h)
+        linear(&self.c_proj, h)
     }
 }

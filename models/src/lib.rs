@@ -73,10 +73,7 @@ pub fn named_to_tensor<B: Backend, const D: usize>(
 /// gradient is then one matrix product, where Burn's `Linear` on `[B, T, C]` makes `B` small ones
 /// (and a `[B, C, O]` scratch buffer) and sums them.
 pub fn linear_rows<B: Backend>(layer: &burn::nn::Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let [b, t, c] = x.dims();
-    let y = layer.forward(x.reshape([b * t, c]));
-    let o = y.dims()[1];
-    y.reshape([b, t, o])
+    crate::fused::linear(layer, x)
 }
 
 /// Sets a linear layer's bias to zeros, as a trainable parameter (GPT-2 and DiT start their biases

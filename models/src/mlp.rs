@@ -6,6 +6,7 @@
 //! memory, and the transpose happens here, once.
 
 use crate::checkpoint::{CheckpointError, TensorFile, read_json, write_json, write_safetensors};
+use crate::fused::linear;
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -59,7 +60,7 @@ pub struct ClassBatch<B: Backend> {
 impl<B: Backend> Mlp<B> {
     /// Shapes: `x [B, input]` → logits `[B, classes]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.fc2.forward(self.act.forward(self.fc1.forward(x)))
+        linear(&self.fc2, self.act.forward(linear(&self.fc1, x)))
     }
 
     /// Logits and the mean cross-entropy of a batch.

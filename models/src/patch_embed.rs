@@ -101,7 +101,7 @@ impl<B: Backend> PatchEmbed<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 3> {
         let [_, _, h, w] = x.dims();
         let device = x.device();
-        let tokens = self.proj.forward(patchify(x, self.patch));
+        let tokens = crate::fused::linear(&self.proj, patchify(x, self.patch));
         let [_, n, d] = tokens.dims();
         let pos = sincos_2d(d, h / self.patch, w / self.patch);
         tokens

@@ -6,6 +6,7 @@
 //! formula is used because diffusers' checkpoints are the contract. Timesteps arrive on diffusers'
 //! 0..1000 scale.
 
+use crate::fused::linear;
 use crate::silu::silu;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
@@ -64,6 +65,6 @@ impl<B: Backend> TimestepEmbedding<B> {
     /// Shapes: `t [B]` (0..1000) → `[B, D]`.
     pub fn forward(&self, t: Tensor<B, 1>) -> Tensor<B, 2> {
         let s = sinusoid(t, FREQUENCY_CHANNELS, 1.0);
-        self.linear_2.forward(silu(self.linear_1.forward(s)))
+        linear(&self.linear_2, silu(linear(&self.linear_1, s)))
     }
 }

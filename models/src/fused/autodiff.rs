@@ -8,6 +8,7 @@
 //!   packed layout.
 //! - A norm saves `x̂` and `1/σ` (and `gamma`); backward as `reference/layer_norm.rs`.
 //! - The GELU saves its derivative at each input, computed beside it in the forward pass.
+//! - A linear layer saves `x` and `w`; backward: `dx = dy·wᵀ`, `dw = xᵀ·dy`, `db = Σ_rows dy`.
 
 use super::FusedOps;
 use burn::tensor::TensorMetadata;
@@ -108,7 +109,57 @@ impl<B: FusedOps> Backward<B, 1> for GeluBackward {
     }
 }
 
+#[derive(Debug)]
+struct LinearBackward;
+
+impl<B: FusedOps> Backward<B, 3> for LinearBackward {
+    /// `(x, w)`.
+    type State = (FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let dy = grads.consume::<B>(&ops.node);
+        let (x, w) = ops.state;
+        let need = [node_x.is_some(), node_w.is_some(), node_b.is_some()];
+        let (dx, dw, db) = B::linear_bwd(x, w, dy, need);
+        for (node, grad) in [(node_x, dx), (node_w, dw), (node_b, db)] {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
 impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        // An absent bias takes part as an untracked placeholder: no gradient reaches it.
+        let b_node = b.as_ref().map_or_else(
+            || {
+                let device = B::float_device(&x.primitive);
+                let dtype = TensorMetadata::dtype(&x.primitive).into();
+                Self::from_inner(B::float_zeros([1].into(), &device, dtype)).node
+            },
+            |b| b.node.clone(),
+        );
+        let y = B::linear_fwd(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            b.map(|b| b.primitive),
+        );
+        match LinearBackward
+            .prepare::<C>([x.node, w.node, b_node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((x.primitive, w.primitive), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
     fn fused_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,

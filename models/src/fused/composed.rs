@@ -263,3 +263,35 @@ fn flat<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let n = x.shape().num_elements();
     B::float_reshape(x, burn::tensor::Shape::new([n]))
 }
+
+/// Shapes: `x [R, I]`, `w [I, O]`, `b [O]` → `x·w + b [R, O]`.
+pub fn linear_fwd<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    b: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let y = wrap::<B, 2>(x).matmul(wrap(w));
+    prim(match b {
+        Some(b) => y + wrap::<B, 1>(b).unsqueeze_dim(0),
+        None => y,
+    })
+}
+
+/// `(dx = dy·wᵀ, dw = xᵀ·dy, db = Σ_rows dy)`, each where `need` asks for it.
+#[allow(clippy::type_complexity)]
+pub fn linear_bwd<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    dy: FloatTensor<B>,
+    need: [bool; 3],
+) -> (
+    Option<FloatTensor<B>>,
+    Option<FloatTensor<B>>,
+    Option<FloatTensor<B>>,
+) {
+    let dy = wrap::<B, 2>(dy);
+    let dx = need[0].then(|| prim(dy.clone().matmul(wrap::<B, 2>(w).transpose())));
+    let dw = need[1].then(|| prim(wrap::<B, 2>(x).transpose().matmul(dy.clone())));
+    let db = need[2].then(|| prim(dy.sum_dim(0).squeeze_dim::<1>(0)));
+    (dx, dw, db)
+}

@@ -123,24 +123,51 @@ fn max_of<T: Real>(a: &[T]) -> T {
         .fold(T::neg_infinity(), T::max)
 }
 
-/// A function item and its arguments, for [`simd_fn`].
-struct Kernel<F, A>(F, A);
-
-impl<R, A, F: FnOnce(A) -> R> pulp::WithSimd for Kernel<F, A> {
-    type Output = R;
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) -> R {
-        (self.0)(self.1)
-    }
+/// Defines a kernel function compiled three times: for AVX-512, for AVX2 with FMA, and for the
+/// baseline, the widest the CPU has chosen when it is called (the check is a cached flag). Its
+/// loops then vectorise at that width: a 16-lane f32 loop where the build targets plain x86-64,
+/// whose SSE2 holds 4. The body is written once, as an `#[inline(always)]` function inlined into
+/// each copy; arguments come as one tuple. (pulp's closure dispatch was tried first: the compiler
+/// kept a closure's body out of the dispatch, so the loops stayed SSE2, per `perf annotate`.)
+macro_rules! simd_kernel {
+    ($(#[$m:meta])* $vis:vis fn $name:ident<T: Real>($args:ident: $ty:ty) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name<T: Real>($args: $ty) $(-> $ret)? {
+            #[inline(always)]
+            fn body<T: Real>($args: $ty) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+                fn v4<T: Real>($args: $ty) $(-> $ret)? {
+                    body($args)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn v3<T: Real>($args: $ty) $(-> $ret)? {
+                    body($args)
+                }
+                if $crate::fused::flex::has_avx512() {
+                    // SAFETY: the CPU has every feature v4 is compiled for.
+                    return unsafe { v4($args) };
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has every feature v3 is compiled for.
+                    return unsafe { v3($args) };
+                }
+            }
+            body($args)
+        }
+    };
 }
+pub(super) use simd_kernel;
 
-/// `f(args)` compiled for the widest SIMD instructions this CPU has (pulp picks them at run time),
-/// so that its loops vectorise to that width. `f` must be an `#[inline(always)]` function, not a
-/// closure: only what is inlined into the dispatch gets those instructions, and a closure's body
-/// is a function of its own that the compiler keeps apart (measured: the GELU loop stayed SSE2).
-#[inline(always)]
-pub(super) fn simd_fn<A, R>(f: impl FnOnce(A) -> R, args: A) -> R {
-    pulp::Arch::new().dispatch(Kernel(f, args))
+/// Whether this CPU has the AVX-512 subsets [`simd_kernel`] compiles for.
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub fn has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512dq")
+        && std::is_x86_feature_detected!("avx512bw")
 }
 
 pub(super) fn values<T: Real>(t: &FlexTensor) -> &[T] {
@@ -162,8 +189,8 @@ fn block_rows(cols: usize) -> usize {
 }
 
 /// Calls `f(first_row, out_rows)` on blocks of whole rows of `out` (`cols` wide), on rayon's
-/// threads when there is enough work, each block under [`simd_fn`].
-/// `f` is an `#[inline(always)]` function of `(first_row, out_rows, args)` (see [`simd_fn`]).
+/// threads when there is enough work.
+/// `f` is a kernel of `(first_row, out_rows, args)` (see [`simd_kernel`]).
 fn for_row_blocks<T: Real, A: Copy + Sync>(
     out: &mut [T],
     cols: usize,
@@ -172,11 +199,11 @@ fn for_row_blocks<T: Real, A: Copy + Sync>(
 ) {
     let rows = block_rows(cols);
     if out.len() < 2 * GRAIN || cols == 0 {
-        simd_fn(f, (0, out, args));
+        f((0, out, args));
     } else {
         out.par_chunks_mut(rows * cols)
             .enumerate()
-            .for_each(|(i, chunk)| simd_fn(f, (i * rows, chunk, args)));
+            .for_each(|(i, chunk)| f((i * rows, chunk, args)));
     }
 }
 
@@ -217,28 +244,28 @@ fn softmax_fwd<T: Real>(s: &FlexTensor, scale: f64, causal: Option<usize>) -> Fl
 
 type SoftmaxArgs<'a, T> = (&'a [T], usize, usize, T, Option<usize>);
 
-#[inline(always)]
-fn softmax_fwd_rows<T: Real>(
-    (row0, block, (src, tq, tk, scale, causal)): (usize, &mut [T], SoftmaxArgs<T>),
-) {
-    for (r, o) in block.chunks_mut(tk).enumerate() {
-        let row = row0 + r;
-        let seen = causal.map_or(tk, |offset| (row % tq + offset + 1).min(tk));
-        for (o, &v) in o[..seen].iter_mut().zip(&src[row * tk..]) {
-            *o = v * scale;
+simd_kernel! {
+    fn softmax_fwd_rows<T: Real>(args: (usize, &mut [T], SoftmaxArgs<T>)){
+        let (row0, block, (src, tq, tk, scale, causal)) = args;
+        for (r, o) in block.chunks_mut(tk).enumerate() {
+            let row = row0 + r;
+            let seen = causal.map_or(tk, |offset| (row % tq + offset + 1).min(tk));
+            for (o, &v) in o[..seen].iter_mut().zip(&src[row * tk..]) {
+                *o = v * scale;
+            }
+            softmax_row(o, seen);
         }
-        softmax_row(o, seen);
     }
 }
 
-/// Rows of a softmax's backward pass in place (`block` starts at row `row0` of `p`).
-#[inline(always)]
-pub(super) fn softmax_bwd_rows<T: Real>(
-    (row0, block, (p, tk, scale)): (usize, &mut [T], (&[T], usize, T)),
-) {
-    for (r, g) in block.chunks_mut(tk).enumerate() {
-        let at = (row0 + r) * tk;
-        softmax_grad_row(g, &p[at..at + tk], scale);
+simd_kernel! {
+    /// Rows of a softmax's backward pass in place (`block` starts at row `row0` of `p`).
+    pub(super) fn softmax_bwd_rows<T: Real>(args: (usize, &mut [T], (&[T], usize, T))){
+        let (row0, block, (p, tk, scale)) = args;
+        for (r, g) in block.chunks_mut(tk).enumerate() {
+            let at = (row0 + r) * tk;
+            softmax_grad_row(g, &p[at..at + tk], scale);
+        }
     }
 }
 
@@ -264,44 +291,44 @@ struct NormArgs<'a, T> {
     rms: bool,
 }
 
-/// Rows `row0..` of a norm's forward pass: `y`, `x̂` and `1/σ`.
-#[inline(always)]
-#[allow(clippy::type_complexity)]
-fn norm_rows<T: Real>(
-    (row0, y, xhat, rstd, a): (usize, &mut [T], &mut [T], &mut [T], NormArgs<T>),
-) {
-    let NormArgs {
-        src,
-        gamma,
-        beta,
-        eps,
-        n,
-        c,
-        rms,
-    } = a;
-    for (r, ((y, xh), rs)) in y
-        .chunks_mut(c)
-        .zip(xhat.chunks_mut(c))
-        .zip(rstd.iter_mut())
-        .enumerate()
-    {
-        let x = &src[(row0 + r) * c..(row0 + r + 1) * c];
-        let mean = if rms { T::zero() } else { sum_by(x, |v| v) / n };
-        let var = sum_by(x, |v| (v - mean) * (v - mean)) / n;
-        let inv = (var + eps).sqrt().recip();
-        *rs = inv;
-        for (xh, &v) in xh.iter_mut().zip(x) {
-            *xh = (v - mean) * inv;
-        }
-        y.copy_from_slice(xh);
-        if let Some(g) = gamma {
-            for (y, &g) in y.iter_mut().zip(g) {
-                *y = *y * g;
+simd_kernel! {
+    /// Rows `row0..` of a norm's forward pass: `y`, `x̂` and `1/σ`.
+    #[allow(clippy::type_complexity)]
+    fn norm_rows<T: Real>(args: (usize, &mut [T], &mut [T], &mut [T], NormArgs<T>)){
+        let (row0, y, xhat, rstd, a) = args;
+        let NormArgs {
+            src,
+            gamma,
+            beta,
+            eps,
+            n,
+            c,
+            rms,
+        } = a;
+        for (r, ((y, xh), rs)) in y
+            .chunks_mut(c)
+            .zip(xhat.chunks_mut(c))
+            .zip(rstd.iter_mut())
+            .enumerate()
+      {
+            let x = &src[(row0 + r) * c..(row0 + r + 1) * c];
+            let mean = if rms { T::zero() } else { sum_by(x, |v| v) / n };
+            let var = sum_by(x, |v| (v - mean) * (v - mean)) / n;
+            let inv = (var + eps).sqrt().recip();
+            *rs = inv;
+            for (xh, &v) in xh.iter_mut().zip(x) {
+                *xh = (v - mean) * inv;
             }
-        }
-        if let Some(b) = beta {
-            for (y, &b) in y.iter_mut().zip(b) {
-                *y = *y + b;
+            y.copy_from_slice(xh);
+            if let Some(g) = gamma {
+                for (y, &g) in y.iter_mut().zip(g) {
+                    *y = *y * g;
+                }
+            }
+            if let Some(b) = beta {
+                for (y, &b) in y.iter_mut().zip(b) {
+                    *y = *y + b;
+                }
             }
         }
     }
@@ -332,16 +359,13 @@ fn norm_fwd<T: Real>(
     };
     let br = block_rows(c);
     if src.len() < 2 * GRAIN || c == 0 {
-        simd_fn(
-            norm_rows,
-            (0, &mut y[..], &mut xhat[..], &mut rstd[..], args),
-        );
+        norm_rows((0, &mut y[..], &mut xhat[..], &mut rstd[..], args));
     } else {
         y.par_chunks_mut(br * c)
             .zip(xhat.par_chunks_mut(br * c))
             .zip(rstd.par_chunks_mut(br))
             .enumerate()
-            .for_each(|(i, ((y, xh), rs))| simd_fn(norm_rows, (i * br, y, xh, rs, args)));
+            .for_each(|(i, ((y, xh), rs))| norm_rows((i * br, y, xh, rs, args)));
     }
     (
         tensor(y, shape.clone()),
@@ -363,49 +387,51 @@ struct NormGradArgs<'a, T> {
     rms: bool,
 }
 
-/// Rows `row0..` of a norm's backward pass: `dx`, and this block's partial `(dγ, dβ)`.
-#[inline(always)]
-fn norm_grad_rows<T: Real>((row0, dx, a): (usize, &mut [T], NormGradArgs<T>)) -> (Vec<T>, Vec<T>) {
-    let NormGradArgs {
-        dy,
-        xhat,
-        rstd,
-        gamma,
-        beta,
-        n,
-        c,
-        rms,
-    } = a;
-    let mut dg = vec![T::zero(); if gamma.is_some() { c } else { 0 }];
-    let mut db = vec![T::zero(); if beta { c } else { 0 }];
-    for (r, dx) in dx.chunks_mut(c).enumerate() {
-        let at = (row0 + r) * c;
-        let (dy, xh) = (&dy[at..at + c], &xhat[at..at + c]);
-        // dx holds g = dy ⊙ γ until the last line.
-        dx.copy_from_slice(dy);
-        if let Some(gm) = gamma {
-            for (g, &gm) in dx.iter_mut().zip(gm) {
-                *g = *g * gm;
+simd_kernel! {
+    /// Rows `row0..` of a norm's backward pass: `dx`, and this block's partial `(dγ, dβ)`.
+    fn norm_grad_rows<T: Real>(args: (usize, &mut [T], NormGradArgs<T>)) -> (Vec<T>, Vec<T>) {
+        let (row0, dx, a) = args;
+        let NormGradArgs {
+            dy,
+            xhat,
+            rstd,
+            gamma,
+            beta,
+            n,
+            c,
+            rms,
+        } = a;
+        let mut dg = vec![T::zero(); if gamma.is_some() { c } else { 0 }];
+        let mut db = vec![T::zero(); if beta { c } else { 0 }];
+        for (r, dx) in dx.chunks_mut(c).enumerate() {
+            let at = (row0 + r) * c;
+            let (dy, xh) = (&dy[at..at + c], &xhat[at..at + c]);
+            // dx holds g = dy ⊙ γ until the last line.
+            dx.copy_from_slice(dy);
+            if let Some(gm) = gamma {
+                for (g, &gm) in dx.iter_mut().zip(gm) {
+                    *g = *g * gm;
+                }
+            }
+            let m1 = if rms {
+                T::zero()
+            } else {
+                sum_by(dx, |g| g) / n
+            };
+            let m2 = sum_pairs(dx, xh, |g, h| g * h) / n;
+            let inv = rstd[row0 + r];
+            for (o, &h) in dx.iter_mut().zip(xh) {
+                *o = (*o - m1 - h * m2) * inv;
+            }
+            for ((o, &d), &h) in dg.iter_mut().zip(dy).zip(xh) {
+                *o = *o + d * h;
+            }
+            for (o, &d) in db.iter_mut().zip(dy) {
+                *o = *o + d;
             }
         }
-        let m1 = if rms {
-            T::zero()
-        } else {
-            sum_by(dx, |g| g) / n
-        };
-        let m2 = sum_pairs(dx, xh, |g, h| g * h) / n;
-        let inv = rstd[row0 + r];
-        for (o, &h) in dx.iter_mut().zip(xh) {
-            *o = (*o - m1 - h * m2) * inv;
-        }
-        for ((o, &d), &h) in dg.iter_mut().zip(dy).zip(xh) {
-            *o = *o + d * h;
-        }
-        for (o, &d) in db.iter_mut().zip(dy) {
-            *o = *o + d;
-        }
+        (dg, db)
     }
-    (dg, db)
 }
 
 #[allow(clippy::type_complexity)]
@@ -435,11 +461,11 @@ fn norm_bwd<T: Real>(
     };
     let br = block_rows(c);
     let partials: Vec<(Vec<T>, Vec<T>)> = if dy.len() < 2 * GRAIN || c == 0 {
-        vec![simd_fn(norm_grad_rows, (0, &mut dx[..], args))]
+        vec![norm_grad_rows((0, &mut dx[..], args))]
     } else {
         dx.par_chunks_mut(br * c)
             .enumerate()
-            .map(|(i, chunk)| simd_fn(norm_grad_rows, (i * br, chunk, args)))
+            .map(|(i, chunk)| norm_grad_rows((i * br, chunk, args)))
             .collect()
     };
     let add = |pick: fn(&(Vec<T>, Vec<T>)) -> &Vec<T>| {
@@ -472,30 +498,36 @@ fn gelu_fwd<T: Real>(x: &FlexTensor) -> FlexTensor {
     tensor(out, shape)
 }
 
-#[inline(always)]
-fn gelu_block<T: Real>((i0, block, src): (usize, &mut [T], &[T])) {
-    for (o, &x) in block.iter_mut().zip(&src[i0..]) {
-        *o = x * gelu_parts(x).1;
+simd_kernel! {
+    fn gelu_block<T: Real>(args: (usize, &mut [T], &[T])){
+        let (i0, block, src) = args;
+        for (o, &x) in block.iter_mut().zip(&src[i0..]) {
+            *o = x * gelu_parts(x).1;
+        }
     }
 }
 
-#[inline(always)]
-fn product_block<T: Real>((i0, block, (a, b)): (usize, &mut [T], (&[T], &[T]))) {
-    for ((o, &a), &b) in block.iter_mut().zip(&a[i0..]).zip(&b[i0..]) {
-        *o = a * b;
+simd_kernel! {
+    fn product_block<T: Real>(args: (usize, &mut [T], (&[T], &[T]))){
+        let (i0, block, (a, b)) = args;
+        for ((o, &a), &b) in block.iter_mut().zip(&a[i0..]).zip(&b[i0..]) {
+            *o = a * b;
+        }
     }
 }
 
-/// `y ← gelu(x)` and `slope ← gelu'(x)` over one block of elements.
-#[inline(always)]
-fn gelu_slope_block<T: Real>((x, y, slope): (&[T], &mut [T], &mut [T])) {
-    let clamp = T::of(crate::gelu::EXP_CLAMP);
-    let (k, c3) = (T::of(2.0 * SQRT_2_OVER_PI), T::of(3.0 * 0.044_715));
-    for ((y, sl), &x) in y.iter_mut().zip(slope.iter_mut()).zip(x) {
-        let (u, s) = gelu_parts(x);
-        *y = x * s;
-        let curve = x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
-        *sl = if u < clamp { s + curve } else { s };
+simd_kernel! {
+    /// `y ← gelu(x)` and `slope ← gelu'(x)` over one block of elements.
+    fn gelu_slope_block<T: Real>(args: (&[T], &mut [T], &mut [T])){
+        let (x, y, slope) = args;
+        let clamp = T::of(crate::gelu::EXP_CLAMP);
+        let (k, c3) = (T::of(2.0 * SQRT_2_OVER_PI), T::of(3.0 * 0.044_715));
+        for ((y, sl), &x) in y.iter_mut().zip(slope.iter_mut()).zip(x) {
+            let (u, s) = gelu_parts(x);
+            *y = x * s;
+            let curve = x * s * (T::one() - s) * k * (T::one() + c3 * x * x);
+            *sl = if u < clamp { s + curve } else { s };
+        }
     }
 }
 
@@ -504,12 +536,12 @@ fn gelu_with_slope<T: Real>(x: &FlexTensor) -> (FlexTensor, FlexTensor) {
     let src = values::<T>(x);
     let (mut y, mut slope) = (vec![T::zero(); src.len()], vec![T::zero(); src.len()]);
     if src.len() < 2 * GRAIN {
-        simd_fn(gelu_slope_block, (src, &mut y[..], &mut slope[..]));
+        gelu_slope_block((src, &mut y[..], &mut slope[..]));
     } else {
         y.par_chunks_mut(GRAIN)
             .zip(slope.par_chunks_mut(GRAIN))
             .enumerate()
-            .for_each(|(i, (y, sl))| simd_fn(gelu_slope_block, (&src[i * GRAIN..], y, sl)));
+            .for_each(|(i, (y, sl))| gelu_slope_block((&src[i * GRAIN..], y, sl)));
     }
     (tensor(y, shape.clone()), tensor(slope, shape))
 }
@@ -663,6 +695,43 @@ impl FusedOps for Flex {
             qkv,
             backward::<T>(&qkv, &p, &dy, heads, scale),
             composed::packed_attention_bwd::<Flex>(qkv, p, dy, heads, scale)
+        )
+    }
+
+    fn linear_fwd(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        use super::flex_linear::forward;
+        let (x, w, b) = (
+            x.to_contiguous(),
+            w.to_contiguous(),
+            b.map(|b| b.to_contiguous()),
+        );
+        by_dtype!(
+            x,
+            forward::<T>(&x, &w, b.as_ref()),
+            composed::linear_fwd::<Flex>(x, w, b)
+        )
+    }
+
+    fn linear_bwd(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        need: [bool; 3],
+    ) -> (
+        Option<FloatTensor<Self>>,
+        Option<FloatTensor<Self>>,
+        Option<FloatTensor<Self>>,
+    ) {
+        use super::flex_linear::backward;
+        let (x, w, dy) = (x.to_contiguous(), w.to_contiguous(), dy.to_contiguous());
+        by_dtype!(
+            x,
+            backward::<T>(&x, &w, &dy, need),
+            composed::linear_bwd::<Flex>(x, w, dy, need)
         )
     }
 }

@@ -13,7 +13,7 @@
 //! Tasks write disjoint blocks of the outputs (their own head's columns of their own sequence's
 //! rows, their own `T × T` block of `P`), so the results do not depend on the threads.
 
-use super::flex::{Real, simd_fn, softmax_bwd_rows, softmax_row, tensor, values};
+use super::flex::{Real, simd_kernel, softmax_bwd_rows, softmax_row, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;
@@ -37,8 +37,7 @@ impl<T> Shared<T> {
 /// strides, on the calling thread.
 ///
 /// # Safety
-/// The pointers and strides must address `m × k`, `k × n` and `m × n` elements inside live
-/// allocations, and `dst` must not overlap the others or another thread's writes.
+/// As [`product_with`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn product<T: Real>(
     m: usize,
@@ -50,6 +49,29 @@ unsafe fn product<T: Real>(
     beta: T,
 ) {
     // SAFETY: as the caller promises.
+    unsafe { product_with(m, n, k, dst, lhs, rhs, beta, false, Parallelism::None) }
+}
+
+/// `dst (m × n) = [dst +] beta·lhs (m × k)·rhs (k × n)` (`accumulate` adds to what `dst` holds),
+/// each given by its pointer and (row, column) strides; `par` as gemm takes it.
+///
+/// # Safety
+/// The pointers and strides must address `m × k`, `k × n` and `m × n` elements inside live
+/// allocations, and `dst` must not overlap the others or another thread's writes.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn product_with<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: (*mut T, usize, usize),
+    lhs: (*const T, usize, usize),
+    rhs: (*const T, usize, usize),
+    beta: T,
+    accumulate: bool,
+    par: Parallelism,
+) {
+    let alpha = if accumulate { T::one() } else { T::zero() };
+    // SAFETY: as the caller promises.
     unsafe {
         gemm::gemm(
             m,
@@ -58,28 +80,30 @@ unsafe fn product<T: Real>(
             dst.0,
             dst.2 as isize,
             dst.1 as isize,
-            false,
+            accumulate,
             lhs.0,
             lhs.2 as isize,
             lhs.1 as isize,
             rhs.0,
             rhs.2 as isize,
             rhs.1 as isize,
-            T::zero(),
+            alpha,
             beta,
             false,
             false,
             false,
-            Parallelism::None,
+            par,
         );
     }
 }
 
-/// A `[T, T]` block of scores in place: each row its softmax (causal: over keys up to the query).
-#[inline(always)]
-fn softmax_rows<T: Real>((p, t, causal): (&mut [T], usize, bool)) {
-    for (i, row) in p.chunks_mut(t).enumerate() {
-        softmax_row(row, if causal { i + 1 } else { t });
+simd_kernel! {
+    /// A `[T, T]` block of scores in place: each row its softmax (causal: over keys up to the query).
+    fn softmax_rows<T: Real>(args: (&mut [T], usize, bool)){
+        let (p, t, causal) = args;
+        for (i, row) in p.chunks_mut(t).enumerate() {
+            softmax_row(row, if causal { i + 1 } else { t });
+        }
     }
 }
 
@@ -119,7 +143,7 @@ pub fn forward<T: Real>(
                     scale,
                 );
             }
-            simd_fn(softmax_rows, (&mut p[..], t, causal));
+            softmax_rows((&mut p[..], t, causal));
             unsafe {
                 product(
                     t,
@@ -185,7 +209,7 @@ pub fn backward<T: Real>(
                 T::one(),
             );
         }
-        simd_fn(softmax_bwd_rows, (0, &mut ds[..], (p, t, scale)));
+        softmax_bwd_rows((0, &mut ds[..], (p, t, scale)));
         unsafe {
             // dQ = dS·K, dK = dSᵀ·Q
             product(

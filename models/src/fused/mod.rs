@@ -25,6 +25,7 @@ pub mod autodiff;
 pub mod composed;
 pub mod flex;
 mod flex_attention;
+mod flex_linear;
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -195,6 +196,41 @@ pub trait FusedOps: Backend {
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::gelu_fwd(x)
     }
+
+    /// A linear layer on rows: `x [R, I]`, `w [I, O]` (Burn's layout), `b [O]` → `x·w + b`
+    /// `[R, O]`.
+    fn linear_fwd(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        composed::linear_fwd::<Self>(x, w, b)
+    }
+
+    /// `(dx = dy·wᵀ, dw = xᵀ·dy, db = Σ_rows dy)` from the saved `x`, `w` and `dy [R, O]`, each
+    /// where `need` asks for it.
+    #[allow(clippy::type_complexity)]
+    fn linear_bwd(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        need: [bool; 3],
+    ) -> (
+        Option<FloatTensor<Self>>,
+        Option<FloatTensor<Self>>,
+        Option<FloatTensor<Self>>,
+    ) {
+        composed::linear_bwd::<Self>(x, w, dy, need)
+    }
+
+    /// The layer of [`FusedOps::linear_fwd`].
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        Self::linear_fwd(x, w, b)
+    }
 }
 
 // Inference backends: flex's kernels are in `flex.rs`; ndarray uses the composed defaults (it is
@@ -355,6 +391,40 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         return cast(wrap::<F, 1>(out).reshape(dims));
     });
     composed::gelu_tanh(x)
+}
+
+/// A linear layer (Burn's `Linear`: `weight [I, O]`, optional `bias [O]`) on the last axis, as
+/// one product over all rows: `x·weight + bias`. The fused path writes the bias into the product's
+/// output and takes the three gradients from one node; the composed route is `Linear::forward`.
+///
+/// Shapes: `x [.., I]` → `[.., O]`.
+pub fn linear<B: Backend, const D: usize>(
+    layer: &burn::nn::Linear<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    linear_parts(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// [`linear`] from its weight `[I, O]` and bias `[O]`.
+///
+/// Shapes: `x [.., I]` → `[.., O]`.
+pub fn linear_parts<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    let i = dims[D - 1];
+    on_fused!(B, F => {
+        let rows = cast::<_, Tensor<F, D>>(x).reshape([dims.iter().product::<usize>() / i.max(1), i]);
+        let w = cast::<_, Tensor<F, 2>>(weight);
+        let b = bias.map(|b| prim(cast::<_, Tensor<F, 1>>(b)));
+        let out = wrap::<F, 2>(F::fused_linear(prim(rows), prim(w), b));
+        let mut shape = dims;
+        shape[D - 1] = out.dims()[1];
+        return cast(out.reshape(shape));
+    });
+    burn::tensor::module::linear(x, weight, bias)
 }
 
 #[cfg(test)]

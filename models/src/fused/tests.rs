@@ -376,3 +376,34 @@ fn fast_exp_is_within_an_ulp() {
     assert!(exp_f32(f32::NAN).is_nan());
     assert!(exp_f32(-1e30) > 0.0 && exp_f32(-1e30) < 1e-37);
 }
+
+/// `x [2, 3, 5]`, `w [1, 5, 4]` and `b [1, 1, 4]` as a linear layer's input, weight and bias.
+fn linear_biased<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [x, w, b] = <[Tensor<B, 3>; 3]>::try_from(x).expect("x, w, b");
+    super::linear_parts(x, w.reshape([5, 4]), Some(b.reshape([4])))
+}
+
+fn linear_unbiased<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let [x, w] = <[Tensor<B, 3>; 2]>::try_from(x).expect("x, w");
+    super::linear_parts(x, w.reshape([5, 4]), None)
+}
+
+#[test]
+fn linear_matches_composed_and_differences() {
+    let (x, w, b) = (randn(21, 30, 1.5), randn(22, 20, 0.7), randn(23, 4, 0.5));
+    let ins = [(x, [2, 3, 5]), (w, [1, 5, 4]), (b, [1, 1, 4])];
+    witness(
+        "linear",
+        linear_biased::<AdNd>,
+        linear_biased::<AdFx>,
+        &ins,
+        24,
+    );
+    witness(
+        "linear without bias",
+        linear_unbiased::<AdNd>,
+        linear_unbiased::<AdFx>,
+        &ins[..2],
+        24,
+    );
+}
