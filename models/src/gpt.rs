@@ -15,7 +15,6 @@ use crate::block::{Block, init_block};
 use crate::norm::Norm;
 pub use crate::norm::NormKind;
 use crate::output::LossOutput;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -325,9 +324,7 @@ impl<B: Backend> Gpt<B> {
         let [b, t] = inputs.dims();
         let logits = self.forward_masked(inputs, doc_mask); // [B, T, V]
         let v = logits.dims()[2];
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]))
+        crate::fused::cross_entropy(logits.reshape([b * t, v]), targets.reshape([b * t]))
     }
 
     /// Parameters, counted.

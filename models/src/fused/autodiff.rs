@@ -8,6 +8,7 @@
 //!   packed layout.
 //! - A norm saves `x̂` and `1/σ` (and `gamma`); backward as `reference/layer_norm.rs`.
 //! - The GELU saves its derivative at each input, computed beside it in the forward pass.
+//! - Cross-entropy saves the softmax `P` and the targets; backward: `(P − onehot) · dloss / N`.
 //! - A linear layer saves `x` and `w`; backward: `dx = dy·wᵀ`, `dw = xᵀ·dy`, `db = Σ_rows dy`.
 
 use super::FusedOps;
@@ -110,6 +111,23 @@ impl<B: FusedOps> Backward<B, 1> for GeluBackward {
 }
 
 #[derive(Debug)]
+struct XentBackward;
+
+impl<B: FusedOps> Backward<B, 1> for XentBackward {
+    /// `(P, targets)`.
+    type State = (FloatTensor<B>, Vec<usize>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_logits] = ops.parents;
+        let dloss = grads.consume::<B>(&ops.node);
+        let (probs, targets) = ops.state;
+        if let Some(node) = node_logits {
+            grads.register::<B>(node.id, B::xent_bwd(probs, &targets, dloss));
+        }
+    }
+}
+
+#[derive(Debug)]
 struct LinearBackward;
 
 impl<B: FusedOps> Backward<B, 3> for LinearBackward {
@@ -131,6 +149,18 @@ impl<B: FusedOps> Backward<B, 3> for LinearBackward {
 }
 
 impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
+    fn fused_xent(logits: FloatTensor<Self>, targets: &[usize]) -> FloatTensor<Self> {
+        let (loss, probs) = B::xent_fwd(logits.primitive, targets);
+        match XentBackward
+            .prepare::<C>([logits.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((probs, targets.to_vec()), loss),
+            OpsKind::UnTracked(prep) => prep.finish(loss),
+        }
+    }
+
     fn fused_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,

@@ -295,3 +295,36 @@ pub fn linear_bwd<B: Backend>(
     let db = need[2].then(|| prim(dy.sum_dim(0).squeeze_dim::<1>(0)));
     (dx, dw, db)
 }
+
+/// Shapes: `logits [N, V]`, `targets` (N class indices) → `(loss [1], P [N, V])`: the mean over
+/// rows of `−log softmax(logits)[target]`, and the softmax itself.
+pub fn xent_fwd<B: Backend>(
+    logits: FloatTensor<B>,
+    targets: &[usize],
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let logits = wrap::<B, 2>(logits);
+    let device = logits.device();
+    let n = targets.len();
+    let ids: Vec<i64> = targets.iter().map(|&t| t as i64).collect();
+    let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &device);
+    let logp = burn::tensor::activation::log_softmax(logits, 1);
+    let picked = logp.clone().gather(1, ids.unsqueeze_dim::<2>(1)); // [N, 1]
+    let loss = picked.mean().neg();
+    (prim(loss), prim(logp.exp()))
+}
+
+/// `dlogits = (P − onehot(targets)) · dloss / N`, from the saved `P [N, V]` and `dloss [1]`.
+pub fn xent_bwd<B: Backend>(
+    probs: FloatTensor<B>,
+    targets: &[usize],
+    dloss: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let probs = wrap::<B, 2>(probs);
+    let [n, v] = probs.dims();
+    let device = probs.device();
+    let ids: Vec<i64> = targets.iter().map(|&t| t as i64).collect();
+    let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &device);
+    let onehot = ids.one_hot::<2>(v).float();
+    let g = wrap::<B, 1>(dloss).unsqueeze_dim::<2>(0) / n.max(1) as f64; // [1, 1]
+    prim((probs - onehot) * g)
+}

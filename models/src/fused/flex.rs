@@ -698,6 +698,33 @@ impl FusedOps for Flex {
         )
     }
 
+    fn xent_fwd(
+        logits: FloatTensor<Self>,
+        targets: &[usize],
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        use super::flex_xent::forward;
+        let z = logits.to_contiguous();
+        by_dtype!(
+            z,
+            forward::<T>(&z, targets),
+            composed::xent_fwd::<Flex>(z, targets)
+        )
+    }
+
+    fn xent_bwd(
+        probs: FloatTensor<Self>,
+        targets: &[usize],
+        dloss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        use super::flex_xent::backward;
+        let (p, g) = (probs.to_contiguous(), dloss.to_contiguous());
+        by_dtype!(
+            p,
+            backward::<T>(&p, targets, &g),
+            composed::xent_bwd::<Flex>(p, targets, g)
+        )
+    }
+
     fn linear_fwd(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,

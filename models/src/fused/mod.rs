@@ -26,6 +26,7 @@ pub mod composed;
 pub mod flex;
 mod flex_attention;
 mod flex_linear;
+mod flex_xent;
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -221,6 +222,30 @@ pub trait FusedOps: Backend {
         Option<FloatTensor<Self>>,
     ) {
         composed::linear_bwd::<Self>(x, w, dy, need)
+    }
+
+    /// Cross-entropy against class indices: `logits [N, V]`, `targets` (N indices below V) →
+    /// `(loss [1], P [N, V])`, the mean over rows of `−log softmax(logits)[target]` and the
+    /// softmax, kept for the backward pass.
+    fn xent_fwd(
+        logits: FloatTensor<Self>,
+        targets: &[usize],
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        composed::xent_fwd::<Self>(logits, targets)
+    }
+
+    /// `dlogits = (P − onehot(targets)) · dloss / N` from the saved `P` and `dloss [1]`.
+    fn xent_bwd(
+        probs: FloatTensor<Self>,
+        targets: &[usize],
+        dloss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        composed::xent_bwd::<Self>(probs, targets, dloss)
+    }
+
+    /// The loss of [`FusedOps::xent_fwd`].
+    fn fused_xent(logits: FloatTensor<Self>, targets: &[usize]) -> FloatTensor<Self> {
+        Self::xent_fwd(logits, targets).0
     }
 
     /// The layer of [`FusedOps::linear_fwd`].
@@ -425,6 +450,35 @@ pub fn linear_parts<B: Backend, const D: usize>(
         return cast(out.reshape(shape));
     });
     burn::tensor::module::linear(x, weight, bias)
+}
+
+/// The mean cross-entropy of `logits` against class indices: `mean_i(−log softmax(logits_i)[t_i])`,
+/// Burn's `CrossEntropyLoss` without its options. The fused path computes each row's softmax once,
+/// keeps it, and takes the gradient as `(P − onehot) / N` in one pass; the targets are read back to
+/// the host for it (these are CPU backends). Every other backend runs `CrossEntropyLoss`.
+///
+/// Shapes: `logits [N, V]`, `targets [N]` → `[1]`.
+///
+/// # Panics
+/// When a target is negative or not below `V`, naming it.
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let v = logits.dims()[1];
+    on_fused!(B, F => {
+        let ids: Vec<usize> = targets
+            .into_data()
+            .iter::<i64>()
+            .enumerate()
+            .map(|(i, t)| match usize::try_from(t) {
+                Ok(t) if t < v => t,
+                _ => panic!("cross-entropy target {t} at row {i} is outside the {v} classes"),
+            })
+            .collect();
+        let out = F::fused_xent(prim(cast::<_, Tensor<F, 2>>(logits)), &ids);
+        return cast(wrap::<F, 1>(out));
+    });
+    burn::nn::loss::CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets)
 }
 
 #[cfg(test)]

@@ -407,3 +407,41 @@ fn linear_matches_composed_and_differences() {
         24,
     );
 }
+
+const XENT_TARGETS: [i64; 6] = [3, 0, 6, 2, 2, 5];
+
+/// `x [1, 6, 7]` as logits of 6 rows over 7 classes, against [`XENT_TARGETS`].
+fn xent<B: Backend>(x: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    let x = x.into_iter().next().expect("logits");
+    let device = x.device();
+    let t = Tensor::<B, 1, Int>::from_data(TensorData::new(XENT_TARGETS.to_vec(), [6]), &device);
+    super::cross_entropy(x.reshape([6, 7]), t).reshape([1, 1, 1])
+}
+
+#[test]
+fn cross_entropy_matches_composed_and_differences() {
+    let ins = [(randn(31, 42, 2.0), [1, 6, 7])];
+    witness("cross-entropy", xent::<AdNd>, xent::<AdFx>, &ins, 1);
+}
+
+/// A target 200 below its row's top logit: its probability underflows f32, the loss must not.
+#[test]
+fn cross_entropy_far_from_the_target_stays_exact() {
+    let mut v = randn(32, 42, 1.0);
+    v[3] = -200.0; // row 0, class 3: its own target
+    let ins = [(v, [1, 6, 7])];
+    let w = [1.0];
+    let (want, _) = run::<AdNd>(xent::<AdNd>, &ins, &w, false, false);
+    let (got, _) = run::<AdFx>(xent::<AdFx>, &ins, &w, true, true);
+    assert!(want[0] > 30.0, "the case is far out: {}", want[0]);
+    assert_close("far cross-entropy, flex f32", &got, &want, 1e-5);
+}
+
+#[test]
+#[should_panic(expected = "cross-entropy target 9 at row 1 is outside the 7 classes")]
+fn a_target_outside_the_classes_is_refused() {
+    let device = Default::default();
+    let x = Tensor::<Fx, 2>::zeros([2, 7], &device);
+    let t = Tensor::<Fx, 1, Int>::from_data(TensorData::new(vec![1i64, 9], [2]), &device);
+    let _ = super::cross_entropy(x, t);
+}
