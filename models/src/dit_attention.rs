@@ -55,7 +55,15 @@ impl<B: Backend> DitAttention<B> {
     /// arithmetic as splitting `[G, L, H, D]` into `[G, H, L, D]` and merging it back, without the
     /// two reorderings. On flex a 4-D reordering is copied one element at a time, once forward and
     /// three times backward, and that cost as much as the attention itself.
+    ///
+    /// Where the fused path serves the backend, the three projections are instead one product with
+    /// their weights side by side (`[C, 3C]`, GPT-2's packed layout), read by the packed attention
+    /// kernel without any reordering.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let biases = [&self.to_q, &self.to_k, &self.to_v].map(|p| p.bias.is_some());
+        if crate::fused::serves::<B>() && (biases == [true; 3] || biases == [false; 3]) {
+            return self.forward_packed(x);
+        }
         let [g, l, c] = x.dims();
         let (h, d) = (self.heads, c / self.heads);
         let x = x.reshape([g * l, c]);
@@ -93,5 +101,23 @@ impl<B: Backend> DitAttention<B> {
             out = out + bias.val().unsqueeze_dim::<2>(0);
         }
         out.reshape([g, l, c])
+    }
+
+    /// Shapes: `x [G, L, C]` → `[G, L, C]`, through one `[C, 3C]` projection and the packed
+    /// attention kernel.
+    fn forward_packed(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let c = x.dims()[2];
+        let scale = 1.0 / ((c / self.heads) as f64).sqrt();
+        let projections = [&self.to_q, &self.to_k, &self.to_v];
+        let weight = Tensor::cat(projections.iter().map(|p| p.weight.val()).collect(), 1);
+        // All three have a bias or none has (the caller checks).
+        let bias = projections
+            .iter()
+            .map(|p| p.bias.as_ref().map(|b| b.val()))
+            .collect::<Option<Vec<_>>>()
+            .map(|b| Tensor::cat(b, 0));
+        let qkv = crate::fused::linear_parts(x, weight, bias); // [G, L, 3C]
+        let y = crate::fused::packed_attention(qkv, self.heads, scale, false); // [G, L, C]
+        crate::fused::linear(&self.to_out, y)
     }
 }

@@ -336,6 +336,16 @@ macro_rules! on_fused {
     };
 }
 
+/// Whether the fused path serves `B` (a CPU backend that implements [`FusedOps`], and not turned
+/// off): a layer may then prefer a layout the fused kernels read directly.
+pub fn serves<B: Backend>() -> bool {
+    on_fused!(B, F => {
+        let _ = std::marker::PhantomData::<F>;
+        return true;
+    });
+    false
+}
+
 /// Attention of every query over the keys: `softmax(scale·q·kᵀ)·v`, each row's weights summing to
 /// one; with `causal = Some(offset)`, query `i` (at position `offset + i`) sees keys `0..=offset+i`.
 ///
