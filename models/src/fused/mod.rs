@@ -1,4 +1,5 @@
-//! Fused operations with their own backward pass: attention, LayerNorm/RMSNorm and GPT-2's GELU.
+//! Fused operations with their own backward pass: attention, LayerNorm/RMSNorm, GPT-2's GELU,
+//! linear layers and cross-entropy.
 //!
 //! Under `Autodiff<B>`, Burn 0.21 records attention, softmax, a norm and the tanh GELU as the
 //! dozen or so tensor operations they are written with, each a graph node with a backward step of
