@@ -22,27 +22,17 @@ pub fn forward<T: Real>(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>) 
     let [r, i] = x.layout().shape().dims::<2>();
     let o = w.layout().shape().dims::<2>()[1];
     let (x, w) = (values::<T>(x), values::<T>(w));
-    let mut y = match b {
-        Some(b) => values::<T>(b).repeat(r),
-        None => out_buffer(r * o, i),
-    };
-    // SAFETY: x is [R, I], w [I, O] and y [R, O], each contiguous and row-major; y is our own.
+    // SAFETY: x is [R, I] and w [I, O], each contiguous and row-major.
     unsafe {
-        product_with(
+        fresh_product(
             r,
             o,
             i,
-            (y.as_mut_ptr(), o, 1),
             (x.as_ptr(), i, 1),
             (w.as_ptr(), o, 1),
-            T::one(),
-            b.is_some(),
-            Parallelism::Rayon(0),
-        );
-        // Without a bias, gemm has written every element without reading any.
-        y.set_len(r * o);
+            b.map(values::<T>),
+        )
     }
-    tensor(y, Shape::new([r, o]))
 }
 
 /// Shapes: `x [R, I]`, `w [I, O]`, `dy [R, O]` → `(dx [R, I], dw [I, O], db [O])`, each where
@@ -57,46 +47,12 @@ pub fn backward<T: Real>(
     let [r, i] = x.layout().shape().dims::<2>();
     let o = w.layout().shape().dims::<2>()[1];
     let (x, w, dy) = (values::<T>(x), values::<T>(w), values::<T>(dy));
-    let dx = need[0].then(|| {
-        let mut dx = out_buffer(r * i, o);
-        // SAFETY: dy is [R, O], w [I, O] read as wᵀ [O, I] (row stride 1, column stride O).
-        unsafe {
-            product_with(
-                r,
-                i,
-                o,
-                (dx.as_mut_ptr(), i, 1),
-                (dy.as_ptr(), o, 1),
-                (w.as_ptr(), 1, o),
-                T::one(),
-                false,
-                Parallelism::Rayon(0),
-            );
-            // gemm has written every element without reading any.
-            dx.set_len(r * i);
-        }
-        tensor(dx, Shape::new([r, i]))
-    });
-    let dw = need[1].then(|| {
-        let mut dw = out_buffer(i * o, r);
-        // SAFETY: x is [R, I] read as xᵀ [I, R] (row stride 1, column stride I), dy [R, O].
-        unsafe {
-            product_with(
-                i,
-                o,
-                r,
-                (dw.as_mut_ptr(), o, 1),
-                (x.as_ptr(), 1, i),
-                (dy.as_ptr(), o, 1),
-                T::one(),
-                false,
-                Parallelism::Rayon(0),
-            );
-            // gemm has written every element without reading any.
-            dw.set_len(i * o);
-        }
-        tensor(dw, Shape::new([i, o]))
-    });
+    // SAFETY: dy is [R, O], w [I, O] read as wᵀ [O, I] (row stride 1, column stride O).
+    let dx = need[0]
+        .then(|| unsafe { fresh_product(r, i, o, (dy.as_ptr(), o, 1), (w.as_ptr(), 1, o), None) });
+    // SAFETY: x is [R, I] read as xᵀ [I, R] (row stride 1, column stride I), dy [R, O].
+    let dw = need[1]
+        .then(|| unsafe { fresh_product(i, o, r, (x.as_ptr(), 1, i), (dy.as_ptr(), o, 1), None) });
     let db = need[2].then(|| {
         let mut db = vec![T::zero(); o];
         column_sums((&mut db[..], dy));
@@ -105,14 +61,43 @@ pub fn backward<T: Real>(
     (dx, dw, db)
 }
 
-/// Room for a product's `n` outputs over an inner dimension `k`, for gemm to write whole (read
-/// never): left unwritten, except that an empty sum (`k = 0`) is zeros, which gemm may not write.
-fn out_buffer<T: Real>(n: usize, k: usize) -> Vec<T> {
-    if k == 0 {
-        vec![T::zero(); n]
-    } else {
-        Vec::with_capacity(n)
+/// A new `[m, n]` tensor: `lhs (m × k)·rhs (k × n)`, plus `bias [n]` on every row where given
+/// (written first, the product added to it). Without a bias the output is not zeroed first: gemm
+/// writes every element without reading any (an empty sum, `k = 0`, is zeros, which gemm may not
+/// write, so that case starts from zeros).
+///
+/// # Safety
+/// `lhs` and `rhs` (pointer, row stride, column stride) must address `m × k` and `k × n` elements
+/// inside live allocations.
+unsafe fn fresh_product<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: (*const T, usize, usize),
+    rhs: (*const T, usize, usize),
+    bias: Option<&[T]>,
+) -> FlexTensor {
+    let mut out = match bias {
+        Some(b) => b.repeat(m),
+        None if k == 0 => vec![T::zero(); m * n],
+        None => Vec::with_capacity(m * n),
+    };
+    // SAFETY: the views as the caller promises; `out` is our own, with room for m × n.
+    unsafe {
+        product_with(
+            m,
+            n,
+            k,
+            (out.as_mut_ptr(), n, 1),
+            lhs,
+            rhs,
+            T::one(),
+            bias.is_some(),
+            Parallelism::Rayon(0),
+        );
+        out.set_len(m * n);
     }
+    tensor(out, Shape::new([m, n]))
 }
 
 simd_kernel! {
