@@ -9,7 +9,7 @@
 use crate::dit_block::{ADA_NORM_EPS, DitBlock, DitBlockConfig};
 use crate::flow::{FlowBatch, Velocity, mse, noised};
 use crate::modulate::{layer_norm_plain, modulate};
-use crate::output::LossOutput;
+use crate::output::{LossOutput, Objective, train_step};
 use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
 use crate::silu::silu;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -149,22 +149,25 @@ pub fn head<B: Backend>(
     crate::fused::linear(proj_out_2, tokens)
 }
 
+impl<B: AutodiffBackend> Objective<B> for Dit<B> {
+    /// The flow-matching loss, reported as it is.
+    fn objective(&self, batch: FlowBatch<B, 4>) -> (Tensor<B, 1>, LossOutput<B::InnerBackend>) {
+        let count = batch.x.dims().iter().product();
+        let loss = self.flow_loss(batch);
+        let output = LossOutput {
+            loss: loss.clone().inner(),
+            count,
+        };
+        (loss, output)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for Dit<B> {
     type Input = FlowBatch<B, 4>;
     type Output = LossOutput<B::InnerBackend>;
 
     fn step(&self, batch: FlowBatch<B, 4>) -> TrainOutput<LossOutput<B::InnerBackend>> {
-        let count = batch.x.dims().iter().product();
-        let loss = self.flow_loss(batch);
-        let grads = loss.backward();
-        TrainOutput::new(
-            self,
-            grads,
-            LossOutput {
-                loss: loss.inner(),
-                count,
-            },
-        )
+        train_step(self, batch)
     }
 }
 

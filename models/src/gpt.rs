@@ -14,7 +14,7 @@ use crate::attention::KvCache;
 use crate::block::{Block, init_block};
 use crate::norm::Norm;
 pub use crate::norm::NormKind;
-use crate::output::LossOutput;
+use crate::output::{LossOutput, Objective, train_step};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -333,22 +333,25 @@ impl<B: Backend> Gpt<B> {
     }
 }
 
+impl<B: AutodiffBackend> Objective<B> for Gpt<B> {
+    /// The mean next-token cross-entropy, reported as it is.
+    fn objective(&self, batch: LmBatch<B>) -> (Tensor<B, 1>, LossOutput<B::InnerBackend>) {
+        let [b, t] = batch.inputs.dims();
+        let loss = self.loss_masked(batch.inputs, batch.targets, batch.doc_mask);
+        let output = LossOutput {
+            loss: loss.clone().inner(),
+            count: b * t,
+        };
+        (loss, output)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for Gpt<B> {
     type Input = LmBatch<B>;
     type Output = LossOutput<B::InnerBackend>;
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<LossOutput<B::InnerBackend>> {
-        let [b, t] = batch.inputs.dims();
-        let loss = self.loss_masked(batch.inputs, batch.targets, batch.doc_mask);
-        let grads = loss.backward();
-        TrainOutput::new(
-            self,
-            grads,
-            LossOutput {
-                loss: loss.inner(),
-                count: b * t,
-            },
-        )
+        train_step(self, batch)
     }
 }
 

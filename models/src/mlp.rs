@@ -7,6 +7,7 @@
 
 use crate::checkpoint::{CheckpointError, TensorFile, read_json, write_json, write_safetensors};
 use crate::fused::linear;
+use crate::output::{Objective, train_step};
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig, Relu};
@@ -113,13 +114,20 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
+impl<B: AutodiffBackend> Objective<B> for Mlp<B> {
+    /// The mean cross-entropy, reported with the logits and targets.
+    fn objective(&self, batch: ClassBatch<B>) -> (Tensor<B, 1>, ClassificationOutput<B>) {
+        let out = self.classify(batch);
+        (out.loss.clone(), out)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for Mlp<B> {
     type Input = ClassBatch<B>;
     type Output = ClassificationOutput<B>;
 
     fn step(&self, batch: ClassBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
-        let out = self.classify(batch);
-        TrainOutput::new(self, out.loss.backward(), out)
+        train_step(self, batch)
     }
 }
 

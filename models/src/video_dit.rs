@@ -13,7 +13,7 @@ use crate::dit::head;
 use crate::dit_block::{DitBlock, DitBlockConfig};
 use crate::flow::{FlowBatch, Velocity, mse, mse_per_sample, noised};
 use crate::frame_embed::add_frame_wave;
-use crate::output::LossOutput;
+use crate::output::{LossOutput, Objective, train_step};
 use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
 use crate::regroup::{Axis, Grouping};
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -281,23 +281,25 @@ impl<B: Backend> VideoDit<B> {
     }
 }
 
+impl<B: AutodiffBackend> Objective<B> for VideoDit<B> {
+    /// The training loss, contrast included; reports the flow loss alone.
+    fn objective(&self, batch: ClipBatch<B>) -> (Tensor<B, 1>, LossOutput<B::InnerBackend>) {
+        let count = batch.flow.x.dims().iter().product();
+        let (training, flow) = self.training_loss(batch);
+        let output = LossOutput {
+            loss: flow.inner(),
+            count,
+        };
+        (training, output)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for VideoDit<B> {
     type Input = ClipBatch<B>;
     type Output = LossOutput<B::InnerBackend>;
 
-    /// Reports the flow loss alone; the gradient is the training loss's, contrast included.
     fn step(&self, batch: ClipBatch<B>) -> TrainOutput<LossOutput<B::InnerBackend>> {
-        let count = batch.flow.x.dims().iter().product();
-        let (training, flow) = self.training_loss(batch);
-        let grads = training.backward();
-        TrainOutput::new(
-            self,
-            grads,
-            LossOutput {
-                loss: flow.inner(),
-                count,
-            },
-        )
+        train_step(self, batch)
     }
 }
 

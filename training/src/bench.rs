@@ -8,9 +8,8 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::TrainStep;
 use nervus_models::mlp::MlpConfig;
-use nervus_models::output::LossOutput;
+use nervus_models::output::{LossOutput, Objective};
 use std::time::Instant;
 
 /// Waits for the device to finish queued work (a no-op on synchronous CPU backends).
@@ -114,7 +113,7 @@ pub fn gpt_chars_per_sec<B: AutodiffBackend>(
     (batch * t) as f64 * rate
 }
 
-/// One training step (the model's own `TrainStep` on `batch`, cut across `parts` threads as
+/// One training step (the model's own objective on `batch`, cut across `parts` threads as
 /// training cuts it; then clipping and AdamW with `decay`), `steps` of them after two warm-up
 /// steps; returns steps a second.
 fn steps_per_sec<B, M>(
@@ -128,7 +127,7 @@ fn steps_per_sec<B, M>(
 ) -> f64
 where
     B: AutodiffBackend,
-    M: AutodiffModule<B> + TrainStep<Output = LossOutput<B::InnerBackend>> + 'static,
+    M: Objective<B, Output = LossOutput<B::InnerBackend>> + 'static,
     M::Input: crate::shard::Shard + Clone + Send + 'static,
 {
     let mut optim = OptimizerSpec::adamw(decay).build(clip);

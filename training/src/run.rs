@@ -7,7 +7,6 @@ use crate::renderer::PlainRenderer;
 use crate::report::{Reporter, Ui};
 use crate::schedule::WarmupCosine;
 use crate::strategy::{EpochHook, Scored, StepStrategy};
-use burn::module::AutodiffModule;
 use burn::record::{
     FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
 };
@@ -17,6 +16,7 @@ use burn::train::{
     InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining, TrainStep,
     TrainingStrategy,
 };
+use nervus_models::output::Objective;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -133,7 +133,7 @@ pub fn fit<B, M, TS, VS>(
 ) -> Result<M::InnerModule, TrainError>
 where
     B: AutodiffBackend,
-    M: TrainStep<Input = TS::Batch> + AutodiffModule<B> + core::fmt::Display + 'static,
+    M: Objective<B> + TrainStep<Input = TS::Batch> + core::fmt::Display + 'static,
     M::InnerModule: InferenceStep<Input = VS::Batch>,
     <M as TrainStep>::Output: Scored + crate::shard::Merge + Send,
     <M::InnerModule as InferenceStep>::Output: Scored,

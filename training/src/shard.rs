@@ -12,18 +12,24 @@
 //! leaves, so the parts' graphs never meet and their backward passes run side by side (Burn keeps
 //! one lock per graph, and two uses of the same leaves would merge the graphs into one). A fork
 //! keeps every parameter's id, so the gradients land on the learner's model.
+//!
+//! The parts meet once, between their forward and backward passes: Burn 0.21's autodiff ends
+//! every backward pass by sweeping all the graphs in the process for unused nodes, and a sweep that
+//! meets a graph another thread is still building can free a step of it, which silently loses part
+//! of that part's gradient (burn#5573, fixed upstream after 0.21). Without the meeting point, about
+//! 1 run in 300 of the contrasted video test in `tests/shard.rs` got a wrong gradient.
 
-use std::sync::{Arc, Mutex};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsAccumulator;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::{ClassificationOutput, TrainOutput, TrainStep};
+use burn::train::{ClassificationOutput, TrainOutput};
 use nervus_models::flow::FlowBatch;
 use nervus_models::gpt::LmBatch;
 use nervus_models::mlp::ClassBatch;
-use nervus_models::output::LossOutput;
+use nervus_models::output::{LossOutput, Objective, train_step};
 
 /// A training batch that can be cut into parts along its first axis.
 pub trait Shard: Sized {
@@ -85,19 +91,83 @@ pub fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// The point every part reaches after its forward pass and before its backward pass, so that no
+/// part's backward pass ends while another part is still building its graph (Burn 0.21 sweeps
+/// every graph in the process at the end of a backward pass; see [`Objective`]). A part that
+/// fails its forward pass opens the gate for the others, who then give up instead of waiting.
+struct Gate {
+    parts: usize,
+    state: Mutex<(usize, bool)>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn new(parts: usize) -> Self {
+        Self {
+            parts,
+            state: Mutex::new((0, false)),
+            opened: Condvar::new(),
+        }
+    }
+
+    /// Arrives with a forward pass that went well (`ok`) or not, waits for the other parts, and
+    /// answers whether every part's forward pass went well.
+    fn arrive(&self, ok: bool) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 += 1;
+        state.1 |= !ok;
+        if state.0 == self.parts || state.1 {
+            self.opened.notify_all();
+        }
+        while state.0 < self.parts && !state.1 {
+            state = self.opened.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        !state.1
+    }
+}
+
+/// Why a part has no output: its own panic, or another part's (it then stopped at the gate).
+enum PartFailure {
+    Panicked(Box<dyn std::any::Any + Send>),
+    Abandoned,
+}
+
+/// One part's step on its fork of the model: the forward pass, the gate, the backward pass.
+fn part_step<B, M>(
+    fork: M,
+    input: M::Input,
+    gate: &Gate,
+) -> Result<TrainOutput<M::Output>, PartFailure>
+where
+    B: AutodiffBackend,
+    M: Objective<B>,
+{
+    let forward = std::panic::catch_unwind(AssertUnwindSafe(|| fork.objective(input)));
+    let all = gate.arrive(forward.is_ok());
+    let (loss, output) = forward.map_err(PartFailure::Panicked)?;
+    if !all {
+        return Err(PartFailure::Abandoned);
+    }
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        TrainOutput::new(&fork, loss.backward(), output)
+    }))
+    .map_err(PartFailure::Panicked)
+}
+
 /// One training step of `model` on `batch`, cut into `parts` parts run on as many threads (1: the
 /// model's own step, on this thread). The gradients are the whole batch's: each part's, scaled by
-/// its [`Merge::weight`] over the total, summed.
+/// its [`Merge::weight`] over the total, summed. Every part finishes its forward pass before any
+/// part starts its backward pass (see [`Gate`]); a panic in any part is raised here.
 pub fn step<B, M>(model: &M, batch: M::Input, parts: usize) -> TrainOutput<M::Output>
 where
     B: AutodiffBackend,
-    M: TrainStep + AutodiffModule<B> + 'static,
+    M: Objective<B> + 'static,
     M::Input: Shard + Send + 'static,
     M::Output: Merge + Send + 'static,
 {
     let cuts = ranges(batch.items(), parts);
     if cuts.len() <= 1 {
-        return model.step(batch);
+        return train_step(model, batch);
     }
     let device = model
         .devices()
@@ -107,29 +177,37 @@ where
     let inputs: Vec<M::Input> = cuts.iter().map(|&(s, l)| batch.part(s, l)).collect();
     drop(batch);
     let pools = part_pools(inputs.len());
+    let gate = Arc::new(Gate::new(inputs.len()));
     let (send, receive) = std::sync::mpsc::channel();
     let mut inputs = inputs.into_iter().enumerate();
     let (_, first) = inputs.next().expect("two or more parts");
     for (i, input) in inputs {
         let fork = model.clone().fork(&device);
-        let send = send.clone();
+        let (send, gate) = (send.clone(), gate.clone());
         pools[i].spawn(move || {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fork.step(input)));
+            let out = part_step(fork, input, &gate);
             // The receiver outlives every part: it waits for all of them below.
             let _ = send.send((i, out));
         });
     }
     drop(send);
     let fork = model.clone().fork(&device);
-    let mut outs: Vec<Option<TrainOutput<M::Output>>> = (0..cuts.len()).map(|_| None).collect();
-    outs[0] = Some(pools[0].install(move || fork.step(first)));
+    let mut outs: Vec<Option<Result<_, _>>> = (0..cuts.len()).map(|_| None).collect();
+    outs[0] = Some(pools[0].install(|| part_step(fork, first, &gate)));
     for (i, out) in receive {
-        outs[i] = Some(out.unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        outs[i] = Some(out);
     }
-    let outs: Vec<TrainOutput<M::Output>> = outs
-        .into_iter()
-        .map(|o| o.expect("every part sends its output"))
-        .collect();
+    let mut done = Vec::with_capacity(outs.len());
+    let mut abandoned = false;
+    for out in outs {
+        match out.expect("every part sends its output") {
+            Ok(out) => done.push(out),
+            Err(PartFailure::Panicked(e)) => std::panic::resume_unwind(e),
+            Err(PartFailure::Abandoned) => abandoned = true,
+        }
+    }
+    assert!(!abandoned, "a part stopped without another part failing");
+    let outs = done;
     let total: f64 = outs.iter().map(|o| o.item.weight()).sum();
     let mut acc = GradientsAccumulator::new();
     let mut items = Vec::with_capacity(outs.len());

@@ -26,6 +26,7 @@ use burn::train::{
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainStep,
     TrainingComponents, TrainingItem, TrainingModel, ValidLoader,
 };
+use nervus_models::output::Objective;
 use std::sync::{Arc, Mutex};
 
 /// The mean loss (and, for classifiers, the accuracy) of some outputs.
@@ -157,6 +158,7 @@ where
 impl<LC> SupervisedLearningStrategy<LC> for StepStrategy<LC>
 where
     LC: LearningComponentsTypes,
+    LC::TrainingModel: Objective<LC::Backend>,
     <LC::TrainingModel as TrainStep>::Input: Shard + Send,
     <LC::TrainingModel as TrainStep>::Output: Scored + Merge + Send,
     <LC::InferenceModel as InferenceStep>::Output: Scored,
