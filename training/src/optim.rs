@@ -18,11 +18,12 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{
-    AdamW, AdamWConfig, AdamWState, GradientsParams, MultiGradientsParams, Optimizer, Sgd,
-    SgdConfig, SimpleOptimizer,
+    AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams, MultiGradientsParams,
+    Optimizer, Sgd, SgdConfig, SimpleOptimizer,
 };
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use nervus_models::fused;
 use serde::{Deserialize, Serialize};
 
 /// Which optimizer, with its settings; saved with every run.
@@ -94,23 +95,18 @@ impl OptimizerSpec {
                 beta2,
                 eps,
                 weight_decay,
-            } => {
-                let base = AdamWConfig::new()
-                    .with_beta_1(beta1 as f32)
-                    .with_beta_2(beta2 as f32)
-                    .with_epsilon(eps as f32);
-                (None, Some(matrix_decay_adamw(base, weight_decay)))
-            }
+            } => (
+                None,
+                Some(matrix_decay_adamw(
+                    (beta1 as f32, beta2 as f32),
+                    eps as f32,
+                    weight_decay,
+                )),
+            ),
             // Burn's AdamWConfig defaults to ε = 1e-5; the usual (and OptimizerSpec::adamw's) is 1e-8.
             OptimizerSpec::Muon { weight_decay, .. } => (
                 None,
-                Some(matrix_decay_adamw(
-                    AdamWConfig::new()
-                        .with_beta_1(0.9)
-                        .with_beta_2(0.999)
-                        .with_epsilon(1e-8),
-                    weight_decay,
-                )),
+                Some(matrix_decay_adamw((0.9, 0.999), 1e-8, weight_decay)),
             ),
         };
         let muon = match *self {
@@ -141,21 +137,35 @@ impl OptimizerSpec {
 }
 
 fn matrix_decay_adamw<M: AutodiffModule<B>, B: AutodiffBackend>(
-    base: AdamWConfig,
+    betas: (f32, f32),
+    eps: f32,
     weight_decay: f64,
 ) -> AdamWAdaptor<M, B> {
+    let base = AdamWConfig::new()
+        .with_beta_1(betas.0)
+        .with_beta_2(betas.1)
+        .with_epsilon(eps);
     OptimizerAdaptor::from(MatrixDecayAdamW {
         decayed: base.clone().with_weight_decay(weight_decay as f32).build(),
         plain: base.with_weight_decay(0.0).build(),
+        betas,
+        eps,
+        weight_decay: weight_decay as f32,
     })
 }
 
 /// AdamW whose decay applies to rank ≥ 2 parameters (matrices, embedding tables, convolution
-/// kernels) and not to rank-1 ones (biases, norm gains).
+/// kernels) and not to rank-1 ones (biases, norm gains). On flex each parameter's step is one
+/// fused pass (`nervus_models::fused::adamw_step`, the same to the bit as Burn's `AdamW`); on other
+/// backends it is Burn's `AdamW`. Both keep Burn's `AdamWState`, so a checkpoint written by one
+/// resumes in the other.
 #[derive(Clone)]
 pub struct MatrixDecayAdamW {
     decayed: AdamW,
     plain: AdamW,
+    betas: (f32, f32),
+    eps: f32,
+    weight_decay: f32,
 }
 
 impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
@@ -168,10 +178,31 @@ impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
         grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        if D >= 2 {
-            self.decayed.step(lr, tensor, grad, state)
-        } else {
-            self.plain.step(lr, tensor, grad, state)
+        let decayed = D >= 2;
+        // As Burn's AdamW: the decay's rate in f64 from the f32 setting.
+        let weight_decay = if decayed { self.weight_decay } else { 0.0 };
+        let time = state.as_ref().map_or(0, |s| s.momentum.time) + 1;
+        let scalars = fused::AdamWScalars {
+            beta1: self.betas.0,
+            beta2: self.betas.1,
+            eps: self.eps,
+            time,
+            lr,
+            decay_rate: lr * weight_decay as f64,
+        };
+        let moments = state.map(|s| (s.momentum.moment_1, s.momentum.moment_2));
+        match fused::adamw_step(tensor, grad, moments, &scalars) {
+            Ok((tensor, m, v)) => {
+                let momentum = AdaptiveMomentumState::new(time, m, v);
+                (tensor, Some(AdamWState { momentum }))
+            }
+            Err((tensor, grad, moments)) => {
+                let state = moments.map(|(m, v)| AdamWState {
+                    momentum: AdaptiveMomentumState::new(time - 1, m, v),
+                });
+                let adamw = if decayed { &self.decayed } else { &self.plain };
+                adamw.step(lr, tensor, grad, state)
+            }
         }
     }
 

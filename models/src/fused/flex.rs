@@ -15,7 +15,7 @@ use num_traits::Float;
 use rayon::prelude::*;
 
 /// Elements a block of rows is cut to; below twice this a kernel runs on the calling thread.
-const GRAIN: usize = 8192;
+pub(super) const GRAIN: usize = 8192;
 
 use crate::gelu::SQRT_2_OVER_PI;
 

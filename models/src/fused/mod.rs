@@ -25,6 +25,7 @@
 pub mod autodiff;
 pub mod composed;
 pub mod flex;
+mod flex_adamw;
 mod flex_attention;
 mod flex_linear;
 mod flex_xent;
@@ -490,6 +491,45 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
     burn::nn::loss::CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, targets)
+}
+
+/// An AdamW step's first and second moments, `None` before the first step.
+pub type Moments<B, const D: usize> = Option<(Tensor<B, D>, Tensor<B, D>)>;
+
+pub use flex_adamw::Scalars as AdamWScalars;
+
+/// One AdamW step of one parameter on flex in a single pass (`flex_adamw`): `param`, its gradient
+/// and its moments → `(param, m, v)`, the same to the bit as Burn's `AdamW` with these scalars
+/// (no AMSGrad, no cautious decay). `Err` hands the tensors back untouched where the fused path
+/// does not serve `B` (a backend other than flex, a dtype other than f32 and f64, or
+/// `NERVUS_FUSED=0`); Burn's `AdamW` then takes the step. Shapes: all the same.
+#[allow(clippy::type_complexity)]
+pub fn adamw_step<B: Backend, const D: usize>(
+    param: Tensor<B, D>,
+    grad: Tensor<B, D>,
+    moments: Moments<B, D>,
+    scalars: &AdamWScalars,
+) -> Result<(Tensor<B, D>, Tensor<B, D>, Tensor<B, D>), (Tensor<B, D>, Tensor<B, D>, Moments<B, D>)>
+{
+    let dtype = param.dtype();
+    let same = grad.dtype() == dtype
+        && moments
+            .as_ref()
+            .is_none_or(|(m, v)| m.dtype() == dtype && v.dtype() == dtype);
+    let real = matches!(dtype, burn::tensor::DType::F32 | burn::tensor::DType::F64);
+    if !(enabled() && same && real && TypeId::of::<B>() == TypeId::of::<burn_flex::Flex>()) {
+        return Err((param, grad, moments));
+    }
+    let flex = |t: Tensor<B, D>| cast::<FloatTensor<B>, burn_flex::FlexTensor>(prim(t));
+    let back = |t: burn_flex::FlexTensor| wrap::<B, D>(cast::<_, FloatTensor<B>>(t));
+    let (p, g) = (flex(param), flex(grad));
+    let moments = moments.map(|(m, v)| (flex(m), flex(v)));
+    let (p, m, v) = if dtype == burn::tensor::DType::F32 {
+        flex_adamw::step::<f32>(p, &g, moments, scalars)
+    } else {
+        flex_adamw::step::<f64>(p, &g, moments, scalars)
+    };
+    Ok((back(p), back(m), back(v)))
 }
 
 #[cfg(test)]

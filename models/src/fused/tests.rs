@@ -445,3 +445,123 @@ fn a_target_outside_the_classes_is_refused() {
     let t = Tensor::<Fx, 1, Int>::from_data(TensorData::new(vec![1i64, 9], [2]), &device);
     let _ = super::cross_entropy(x, t);
 }
+
+/// One AdamW step of the f64 formula (the third witness): `(param, m, v)`.
+fn adamw_f64(
+    p: &[f64],
+    g: &[f64],
+    mv: Option<(&[f64], &[f64])>,
+    s: &super::AdamWScalars,
+) -> [Vec<f64>; 3] {
+    let (b1, b2, eps) = (s.beta1 as f64, s.beta2 as f64, s.eps as f64);
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..p.len() {
+        let (m0, v0) = mv.map_or((0.0, 0.0), |(m, v)| (m[i], v[i]));
+        let m = b1 * m0 + (1.0 - b1) * g[i];
+        let v = b2 * v0 + (1.0 - b2) * g[i] * g[i];
+        let t = s.time as i32;
+        let delta = (m / (1.0 - b1.powi(t))) / ((v / (1.0 - b2.powi(t))).sqrt() + eps);
+        out[0].push(p[i] * (1.0 - s.decay_rate) - s.lr * delta);
+        out[1].push(m);
+        out[2].push(v);
+    }
+    out
+}
+
+fn bits(t: Tensor<Fx, 2>) -> Vec<u32> {
+    t.into_data().iter::<f32>().map(f32::to_bits).collect()
+}
+
+/// Fails at the first element whose bits differ, naming it.
+#[track_caller]
+fn same_bits(what: &str, a: Tensor<Fx, 2>, b: Tensor<Fx, 2>) {
+    let (a, b) = (bits(a), bits(b));
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+        let (x, y) = (f32::from_bits(a[i]), f32::from_bits(b[i]));
+        panic!("{what}: element {i} is {x:e}, Burn's AdamW gives {y:e}");
+    }
+}
+
+#[test]
+fn adamw_matches_burns_to_the_bit() {
+    use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, SimpleOptimizer};
+    // 70 × 300 runs in blocks on rayon's threads, 3 × 5 on the calling thread.
+    for (shape, weight_decay) in [([70, 300], 0.1f32), ([3, 5], 0.0)] {
+        let n = shape[0] * shape[1];
+        let burn = AdamWConfig::new()
+            .with_beta_1(0.9)
+            .with_beta_2(0.95)
+            .with_epsilon(1e-8)
+            .with_weight_decay(weight_decay)
+            .build();
+        let p0 = randn(1, n, 1.0);
+        let (mut ours, mut theirs) = (on::<Fx, 2>(&p0, shape, true), on::<Fx, 2>(&p0, shape, true));
+        let mut our_moments: super::Moments<Fx, 2> = None;
+        let mut their_state: Option<AdamWState<Fx, 2>> = None;
+        let mut our_state: Option<(Vec<f64>, Vec<f64>)> = None;
+        let mut p_before = vals(ours.clone());
+        for time in 1..=3 {
+            // Gradients far apart in scale, some tiny, so that ε and the corrections matter.
+            let g: Vec<f64> = randn(10 + time as u64, n, 1.0)
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x * 10f64.powi(i as i32 % 7 - 5))
+                .collect();
+            let lr = 0.01 * time as f64;
+            let scalars = super::AdamWScalars {
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                time,
+                lr,
+                decay_rate: lr * weight_decay as f64,
+            };
+            // Odd steps keep a second handle on the parameter, which must not see the update (the
+            // step copies); even steps hand over the only one (the step writes in place).
+            let kept = (time % 2 == 1).then(|| ours.clone());
+            let before = kept.clone().map(bits);
+            let (p, m, v) = super::adamw_step(ours, on(&g, shape, true), our_moments, &scalars)
+                .unwrap_or_else(|_| panic!("flex f32 is served"));
+            assert!(
+                kept.map(bits) == before,
+                "a shared parameter was written in place"
+            );
+            let (tp, ts) = burn.step(lr, theirs, on(&g, shape, true), their_state);
+            let ts = ts.expect("AdamW keeps a state");
+            same_bits(&format!("parameter, step {time}"), p.clone(), tp.clone());
+            same_bits(
+                &format!("m, step {time}"),
+                m.clone(),
+                ts.momentum.moment_1.clone(),
+            );
+            same_bits(
+                &format!("v, step {time}"),
+                v.clone(),
+                ts.momentum.moment_2.clone(),
+            );
+            assert_eq!(ts.momentum.time, time);
+            // The f64 formula from the same starting point: the update and the moments.
+            let g32: Vec<f64> = g.iter().map(|&x| x as f32 as f64).collect();
+            let previous = our_state.as_ref().map(|(m, v)| (&m[..], &v[..]));
+            let r = adamw_f64(&p_before, &g32, previous, &scalars);
+            let (p64, m64, v64) = (vals(p.clone()), vals(m.clone()), vals(v.clone()));
+            let step =
+                |q: &[f64]| -> Vec<f64> { q.iter().zip(&p_before).map(|(a, b)| a - b).collect() };
+            assert_close("AdamW update", &step(&p64), &step(&r[0]), 1e-4);
+            assert_close("AdamW m", &m64, &r[1], 1e-6);
+            assert_close("AdamW v", &v64, &r[2], 1e-6);
+            p_before = p64;
+            our_state = Some((m64, v64));
+            our_moments = Some((m, v));
+            (ours, theirs) = (p, tp);
+            their_state = Some(AdamWState {
+                momentum: AdaptiveMomentumState::new(
+                    time,
+                    ts.momentum.moment_1,
+                    ts.momentum.moment_2,
+                ),
+            });
+        }
+    }
+}
