@@ -141,13 +141,7 @@ fn matrix_decay_adamw<M: AutodiffModule<B>, B: AutodiffBackend>(
     eps: f32,
     weight_decay: f64,
 ) -> AdamWAdaptor<M, B> {
-    let base = AdamWConfig::new()
-        .with_beta_1(betas.0)
-        .with_beta_2(betas.1)
-        .with_epsilon(eps);
     OptimizerAdaptor::from(MatrixDecayAdamW {
-        decayed: base.clone().with_weight_decay(weight_decay as f32).build(),
-        plain: base.with_weight_decay(0.0).build(),
         betas,
         eps,
         weight_decay: weight_decay as f32,
@@ -161,8 +155,6 @@ fn matrix_decay_adamw<M: AutodiffModule<B>, B: AutodiffBackend>(
 /// resumes in the other.
 #[derive(Clone)]
 pub struct MatrixDecayAdamW {
-    decayed: AdamW,
-    plain: AdamW,
     betas: (f32, f32),
     eps: f32,
     weight_decay: f32,
@@ -178,9 +170,7 @@ impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
         grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        let decayed = D >= 2;
-        // As Burn's AdamW: the decay's rate in f64 from the f32 setting.
-        let weight_decay = if decayed { self.weight_decay } else { 0.0 };
+        let weight_decay = if D >= 2 { self.weight_decay } else { 0.0 };
         let time = state.as_ref().map_or(0, |s| s.momentum.time) + 1;
         let scalars = fused::AdamWScalars {
             beta1: self.betas.0,
@@ -188,6 +178,7 @@ impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
             eps: self.eps,
             time,
             lr,
+            // As Burn's AdamW: the decay's rate in f64 from the f32 setting.
             decay_rate: lr * weight_decay as f64,
         };
         let moments = state.map(|s| (s.momentum.moment_1, s.momentum.moment_2));
@@ -200,7 +191,12 @@ impl<B: Backend> SimpleOptimizer<B> for MatrixDecayAdamW {
                 let state = moments.map(|(m, v)| AdamWState {
                     momentum: AdaptiveMomentumState::new(time - 1, m, v),
                 });
-                let adamw = if decayed { &self.decayed } else { &self.plain };
+                let adamw = AdamWConfig::new()
+                    .with_beta_1(self.betas.0)
+                    .with_beta_2(self.betas.1)
+                    .with_epsilon(self.eps)
+                    .with_weight_decay(weight_decay)
+                    .build();
                 adamw.step(lr, tensor, grad, state)
             }
         }

@@ -63,23 +63,11 @@ impl<T: Real> Step<T> {
     }
 }
 
-/// `t` as a tensor whose storage from offset 0 this call may write: itself when it is the only
-/// handle on a contiguous buffer, else a contiguous copy.
-fn owned<T: Real>(t: FlexTensor) -> FlexTensor {
-    let in_place = t.is_unique() && t.layout().contiguous_offsets().is_some_and(|(s, _)| s == 0);
-    if in_place {
-        return t;
-    }
-    let shape = t.layout().shape().clone();
-    tensor(readable::<T>(&t).to_vec(), shape)
-}
-
-/// `t`'s values in order, copied only when `t` is not contiguous.
-fn readable<T: Real>(t: &FlexTensor) -> std::borrow::Cow<'_, [T]> {
-    match t.as_slice::<T>() {
-        Some(v) => std::borrow::Cow::Borrowed(v),
-        None => std::borrow::Cow::Owned(values::<T>(&t.to_contiguous()).to_vec()),
-    }
+/// `t` contiguous from offset 0 and filling its buffer. `t` itself is dropped here, so a lone
+/// handle stays the only one and `storage_mut` then writes in place; a shared buffer is copied by
+/// `storage_mut` (copy on write), never written under another handle.
+fn contiguous(t: FlexTensor) -> FlexTensor {
+    t.to_contiguous()
 }
 
 /// One AdamW step: `param`, its gradient `grad` and the moments (`None` on the first step) →
@@ -92,16 +80,16 @@ pub fn step<T: Real>(
 ) -> (FlexTensor, FlexTensor, FlexTensor) {
     let shape = param.layout().shape().clone();
     let n = shape.num_elements();
-    let mut p = owned::<T>(param);
+    let mut p = contiguous(param);
     let (mut m, mut v) = match moments {
-        Some((m, v)) => (owned::<T>(m), owned::<T>(v)),
+        Some((m, v)) => (contiguous(m), contiguous(v)),
         None => (
             tensor(vec![T::zero(); n], shape.clone()),
             tensor(vec![T::zero(); n], shape),
         ),
     };
-    let g = readable::<T>(grad);
-    let g = &g[..n];
+    let grad = grad.to_contiguous();
+    let g = values::<T>(&grad);
     let k = Step::<T>::of(s);
     let (ps, ms, vs) = (
         &mut p.storage_mut::<T>()[..n],
