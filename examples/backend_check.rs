@@ -36,7 +36,11 @@ struct Args {
     seed: u64,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let a = Args::parse();
     if a.heads == 0 || !a.d_model.is_multiple_of(a.heads) {
         bail!("--heads must divide --d-model");

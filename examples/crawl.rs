@@ -38,7 +38,11 @@ struct Args {
     out: PathBuf,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let mut config = CrawlConfig::new(&args.url);
     config.same_host = args.same_host;

@@ -94,6 +94,12 @@ struct Args {
     /// Where grids and the strip go.
     #[arg(long, default_value = "out/dit")]
     out: PathBuf,
+    /// Continue a killed run, exactly where its last checkpoint left it (same flags as that run).
+    #[arg(long)]
+    resume: bool,
+    /// Start afresh even though --save already holds a model (which the run then replaces).
+    #[arg(long)]
+    overwrite: bool,
     /// A saved MNIST classifier to judge with (default: train one first, ~3 s).
     #[arg(long)]
     judge: Option<PathBuf>,
@@ -104,9 +110,67 @@ struct Args {
     plain: bool,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let device = backend::device();
+    // What can be refused is refused before any data is read or a judge is trained.
+    if args.steps == 0 && args.load.is_none() {
+        bail!("--steps 0 means \"just draw\": give a pipeline with --load DIR");
+    }
+    let loaded = match &args.load {
+        Some(dir) => {
+            if !dir.join("model_index.json").is_file() {
+                bail!(
+                    "{}: not a diffusers pipeline (no model_index.json); give the directory a run saved",
+                    dir.display()
+                );
+            }
+            Some(
+                diffusers::load_transformer::<backend::Train>(&dir.join("transformer"), &device)
+                    .with_context(|| format!("loading {}", dir.display()))?,
+            )
+        }
+        None => None,
+    };
+    if loaded.is_none() {
+        for (flag, v) in [
+            ("--layers", args.layers),
+            ("--d-model", args.d_model),
+            ("--heads", args.heads),
+            ("--patch", args.patch),
+        ] {
+            nervus_training::checks::at_least_one(flag, v)?;
+        }
+        if 28 % args.patch != 0 || args.d_model % args.heads != 0 {
+            bail!("--patch must divide 28 and --heads must divide --d-model");
+        }
+    }
+    if args.steps > 0 {
+        nervus_training::checks::diffusion(
+            args.steps,
+            args.batch,
+            args.parts,
+            args.lr,
+            nervus_training::schedule::warmup_steps(args.warmup, args.steps),
+            args.decay_to,
+            (args.clip > 0.0).then_some(args.clip),
+            args.weight_decay,
+            args.eval_every,
+            args.label_dropout,
+            args.sample_steps,
+            args.guidance,
+        )?;
+        nervus_training::checkpoint::check_fresh_save(
+            &args.save,
+            args.load.as_deref(),
+            args.resume,
+            args.overwrite,
+        )?;
+    }
     let data = if args.download {
         let dir = mnist::full_dir(&cache::data_dir());
         mnist::download(
@@ -135,6 +199,8 @@ fn main() -> Result<()> {
                 seed: 1,
                 save: Some(args.out.join("judge")),
                 run_dir: args.out.join("judge-train"),
+                // A deterministic by-product, trained again on every run without --judge.
+                overwrite: true,
             };
             let (m, r) = nervus_training::mnist::train::<backend::Train>(
                 &opts,
@@ -162,12 +228,10 @@ fn main() -> Result<()> {
     settings.check()?;
 
     if args.steps == 0 {
-        let Some(dir) = &args.load else {
+        let Some(model) = loaded else {
             bail!("--steps 0 means \"just draw\": give a pipeline with --load DIR");
         };
-        let model =
-            diffusers::load_transformer::<backend::Infer>(&dir.join("transformer"), &device)
-                .with_context(|| format!("loading {}", dir.display()))?;
+        let model = model.valid();
         let digits: Vec<usize> = (0..10).collect();
         let noise = grid_noise(10);
         let images = draw(&model, &digits, &noise, settings);
@@ -195,13 +259,8 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
-    if 28 % args.patch != 0 || args.d_model % args.heads != 0 {
-        bail!("--patch must divide 28 and --heads must divide --d-model");
-    }
-    let model = match &args.load {
-        Some(dir) => {
-            diffusers::load_transformer::<backend::Train>(&dir.join("transformer"), &device)?
-        }
+    let model = match loaded {
+        Some(model) => model,
         None => {
             backend::Train::seed(&device, args.seed);
             DitConfig::digits()
@@ -244,6 +303,9 @@ fn main() -> Result<()> {
         out: args.out.clone(),
         run_dir: args.out.join("train"),
         data_name: data.source.clone(),
+        continued_from: args.load.clone(),
+        resume: args.resume,
+        overwrite: args.overwrite,
     };
     let test = data.test.clone();
     let (result, _) = train(

@@ -88,6 +88,12 @@ struct Args {
     /// Start from a saved model directory.
     #[arg(long)]
     load: Option<PathBuf>,
+    /// Continue a killed run, exactly where its last checkpoint left it (same flags as that run).
+    #[arg(long)]
+    resume: bool,
+    /// Start afresh even though --save already holds a model (which the run then replaces).
+    #[arg(long)]
+    overwrite: bool,
     /// Train on this UTF-8 text file instead of the Shakespeare that ships with the repo.
     #[arg(long)]
     data: Option<PathBuf>,
@@ -129,25 +135,44 @@ fn corpus(args: &Args) -> Result<(String, String)> {
 }
 
 fn write(model: &Gpt<backend::Infer>, tok: &CharTokenizer, args: &Args) -> Result<()> {
-    let prompt = if args.prompt.is_empty() {
-        "\n"
+    let ids = if args.prompt.is_empty() {
+        // Start at a line break, or where the text has none, at its vocabulary's first character.
+        tok.encode("\n", "").unwrap_or_else(|_| vec![0])
     } else {
-        &args.prompt
+        tok.encode(&args.prompt, "--prompt")?
     };
-    let ids = tok.encode(prompt, "--prompt")?;
     let opts = SampleOptions {
         length: args.length,
         temperature: args.temperature,
         top_k: args.top_k,
     };
+    nervus_training::checks::sample(&opts)?;
     let out = generate(model, &ids, &opts, &mut Rng::new(args.seed));
     println!("{}{}", args.prompt, tok.decode(&out));
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     let device = backend::device();
+    if args.load.is_some() {
+        for (flag, given) in [
+            ("--layers", args.layers.is_some()),
+            ("--heads", args.heads.is_some()),
+            ("--d-model", args.d_model.is_some()),
+            ("--context", args.context.is_some()),
+        ] {
+            if given {
+                bail!(
+                    "{flag} cannot change a model given with --load: its shape comes from its directory"
+                );
+            }
+        }
+    }
     let loaded = match &args.load {
         Some(dir) => Some(
             load_dir::<backend::Train>(dir, &device)
@@ -175,13 +200,7 @@ fn main() -> Result<()> {
             c.heads = args.heads.unwrap_or(c.heads);
             c.d_model = args.d_model.unwrap_or(c.d_model);
             c.context = args.context.unwrap_or(c.context);
-            if c.d_model % c.heads != 0 {
-                bail!(
-                    "--d-model {} is not divisible by --heads {}",
-                    c.d_model,
-                    c.heads
-                );
-            }
+            c.check()?;
             c
         }
     };
@@ -259,6 +278,8 @@ fn main() -> Result<()> {
         save: Some(save.clone()),
         run_dir,
         continued_from: args.load.clone(),
+        resume: args.resume,
+        overwrite: args.overwrite,
     };
     let (result, _) = train(&opts, &data, model, report.clone()).context("training failed")?;
     match result.best {

@@ -16,6 +16,7 @@ use nervus_datasets::download::{Fetched, client, fetch_recorded, record_path};
 use nervus_datasets::rng::Rng;
 use nervus_datasets::text;
 use nervus_inference::generate::{SampleOptions, generate};
+use nervus_models::gpt::GptConfig;
 use nervus_training::backend;
 use nervus_training::lm::{CorpusOptions, LmOptions, LmPreset, load_dir, prepare, train};
 use nervus_training::optim::OptimizerSpec;
@@ -126,6 +127,9 @@ struct Args {
     /// where it stopped.
     #[arg(long)]
     resume: bool,
+    /// Start afresh even though --save already holds a model (which the run then replaces).
+    #[arg(long)]
+    overwrite: bool,
     /// Stop cleanly at the first evaluation at or after this step (the schedule still spans
     /// --steps); continue later with --resume.
     #[arg(long)]
@@ -217,12 +221,41 @@ fn write(dir: &Path, args: &Args) -> Result<()> {
         temperature: args.temperature,
         top_k: Some(args.top_k),
     };
+    nervus_training::checks::sample(&opts)?;
     let out = generate(&model, &prompt, &opts, &mut Rng::new(args.seed));
     println!("{}{}", args.prompt, bpe.decode(&out)?);
     Ok(())
 }
 
-fn main() -> Result<()> {
+/// The configuration of a new model: the preset's, changed by the flags, checked.
+fn new_config(args: &Args, preset: LmPreset, vocab: usize) -> Result<GptConfig> {
+    let mut c = preset.config(vocab);
+    if args.gpt2 {
+        c = c
+            .with_norm(nervus_models::norm::NormKind::LayerNorm)
+            .with_positions(nervus_models::gpt::PositionKind::Learned)
+            .with_mlp(nervus_models::gpt::MlpKind::Gelu)
+            .with_qk_norm(false)
+            .with_logit_softcap(None)
+            .with_bias(true);
+    } else {
+        c.qk_norm = !args.no_qk_norm;
+        c.logit_softcap = (args.softcap > 0.0).then_some(args.softcap);
+    }
+    c.layers = args.layers.unwrap_or(c.layers);
+    c.heads = args.heads.unwrap_or(c.heads);
+    c.d_model = args.d_model.unwrap_or(c.d_model);
+    c.context = args.context.unwrap_or(c.context);
+    c.kv_heads = args.kv_heads;
+    c.check()?;
+    Ok(c)
+}
+
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     if args.bf16 {
         // Before any tensor exists: a device's float type is fixed at its first use.
@@ -237,6 +270,22 @@ fn main() -> Result<()> {
             bail!("--steps 0 means \"just write\": give a model with --load DIR");
         };
         return write(dir, &args);
+    }
+    if args.load.is_some() {
+        for (flag, given) in [
+            ("--layers", args.layers.is_some()),
+            ("--heads", args.heads.is_some()),
+            ("--kv-heads", args.kv_heads.is_some()),
+            ("--d-model", args.d_model.is_some()),
+            ("--context", args.context.is_some()),
+            ("--vocab", args.vocab.is_some()),
+        ] {
+            if given {
+                bail!(
+                    "{flag} cannot change a model given with --load: its shape comes from its directory"
+                );
+            }
+        }
     }
     let device = backend::device();
     let save = args
@@ -261,6 +310,10 @@ fn main() -> Result<()> {
     };
     let preset = LmPreset::parse(&args.size)
         .with_context(|| format!("unknown --size `{}`: tiny, small or kalia-58m", args.size))?;
+    if loaded.is_none() {
+        // The shape's flags, checked before the tokenizer is trained.
+        new_config(&args, preset, args.vocab.unwrap_or(preset.vocab()))?;
+    }
     let (name, text, source) = corpus(&args)?;
     let context_hint = args.context.unwrap_or(preset.config(2).context);
     let corpus = prepare(
@@ -297,36 +350,7 @@ fn main() -> Result<()> {
     let model = match loaded {
         Some((model, _, _)) => model,
         None => {
-            let mut c = preset.config(corpus.bpe.vocab_size());
-            if args.gpt2 {
-                c = c
-                    .with_norm(nervus_models::norm::NormKind::LayerNorm)
-                    .with_positions(nervus_models::gpt::PositionKind::Learned)
-                    .with_mlp(nervus_models::gpt::MlpKind::Gelu)
-                    .with_qk_norm(false)
-                    .with_logit_softcap(None)
-                    .with_bias(true);
-            } else {
-                c.qk_norm = !args.no_qk_norm;
-                c.logit_softcap = (args.softcap > 0.0).then_some(args.softcap);
-            }
-            c.layers = args.layers.unwrap_or(c.layers);
-            c.heads = args.heads.unwrap_or(c.heads);
-            c.d_model = args.d_model.unwrap_or(c.d_model);
-            c.context = args.context.unwrap_or(c.context);
-            c.kv_heads = args.kv_heads;
-            if !c.d_model.is_multiple_of(c.heads) {
-                bail!(
-                    "--d-model {} is not divisible by --heads {}",
-                    c.d_model,
-                    c.heads
-                );
-            }
-            if let Some(kv) = c.kv_heads
-                && (kv == 0 || !c.heads.is_multiple_of(kv))
-            {
-                bail!("--kv-heads {kv} must divide --heads {}", c.heads);
-            }
+            let c = new_config(&args, preset, corpus.bpe.vocab_size())?;
             use burn::tensor::backend::Backend;
             backend::Train::seed(&device, args.seed);
             c.init::<backend::Train>(&device)
@@ -383,6 +407,7 @@ fn main() -> Result<()> {
         resume: args.resume,
         stop_after: args.stop_after,
         continued_from: args.load.clone(),
+        overwrite: args.overwrite,
     };
     let (result, _) = train(&opts, &corpus, model, report.clone()).context("training failed")?;
     match result.best {

@@ -6,7 +6,7 @@
 //! cargo run --release --example mnist --features wgpu      # same code on the GPU
 //! ```
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nervus_datasets::{cache, mnist};
 use nervus_training::backend;
@@ -47,13 +47,26 @@ struct Args {
     /// Where to save the best model (config.json + model.safetensors).
     #[arg(long, default_value = "out/mnist/model")]
     save: PathBuf,
+    /// Start afresh even though --save already holds a model (which the run then replaces).
+    #[arg(long)]
+    overwrite: bool,
     /// Plain line output even in a terminal (no TUI).
     #[arg(long)]
     plain: bool,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
+    if !(0.0..1.0).contains(&args.momentum) {
+        bail!(
+            "--momentum {}: must be at least 0 and below 1",
+            args.momentum
+        );
+    }
     let data = if args.download {
         let dir = args
             .data_dir
@@ -102,6 +115,7 @@ fn main() -> Result<()> {
         seed: args.seed,
         save: Some(args.save.clone()),
         run_dir,
+        overwrite: args.overwrite,
     };
     let (_, result) = train::<backend::Train>(
         &opts,
@@ -111,6 +125,13 @@ fn main() -> Result<()> {
         &backend::device(),
     )
     .context("training failed")?;
+    // The test loss never fell (NaN from the first epoch): nothing was saved.
+    if !args.save.join("model.safetensors").is_file() {
+        bail!(
+            "no epoch's test loss was a number, so no model was saved in {}",
+            args.save.display()
+        );
+    }
     report.line(format!(
         "final test accuracy {:.2}% after {} epochs in {}; best model (lowest test loss) in {}",
         result.final_accuracy() * 100.0,

@@ -119,6 +119,9 @@ struct Args {
     /// Continue the run stopped in --out (weights, optimizer, schedule and data position).
     #[arg(long)]
     resume: bool,
+    /// Start afresh even though --save already holds a model (which the run then replaces).
+    #[arg(long)]
+    overwrite: bool,
     /// Stop cleanly at the first checkpoint at or after this step (continue with --resume).
     #[arg(long)]
     stop_after: Option<usize>,
@@ -204,7 +207,11 @@ fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>> {
         .collect()
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    nervus_training::report::exit(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     // Options that only shape a drawing of a saved model (--steps 0), each with its refusal.
     for (given, refusal) in [
@@ -280,6 +287,40 @@ fn main() -> Result<()> {
     }
     if args.best_of != 1 && args.from_real.is_some() {
         bail!("--best-of draws from noise: it does not go with --from-real");
+    }
+    // What the model's shape and the save allow, before the judges are trained.
+    if args.steps == 0 && args.load.is_none() {
+        bail!("--steps 0 means \"just draw\": give a pipeline with --load DIR");
+    }
+    if args.load.is_none() {
+        for (flag, v) in [("--layers", args.layers), ("--heads", args.heads)] {
+            nervus_training::checks::at_least_one(flag, v)?;
+        }
+        if !args.d_model.is_multiple_of(args.heads) {
+            bail!("--heads must divide --d-model");
+        }
+    }
+    if args.steps > 0 {
+        nervus_training::checks::diffusion(
+            args.steps,
+            args.batch,
+            args.parts,
+            args.lr,
+            nervus_training::schedule::warmup_steps(args.warmup, args.steps),
+            args.decay_to,
+            (args.clip > 0.0).then_some(args.clip),
+            args.weight_decay,
+            args.eval_every,
+            args.label_dropout,
+            args.sample_steps,
+            args.guidance,
+        )?;
+        nervus_training::checkpoint::check_fresh_save(
+            &args.save,
+            args.load.as_deref(),
+            args.resume,
+            args.overwrite,
+        )?;
     }
     let device = backend::device();
     let data = if args.download {
@@ -513,9 +554,6 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
-    if args.heads == 0 || !args.d_model.is_multiple_of(args.heads) {
-        bail!("--heads must divide --d-model");
-    }
     let model = match &args.load {
         Some(dir) => video_pipeline::load_pipeline::<backend::Train>(dir, &device)
             .with_context(|| format!("loading {}", dir.display()))?,
@@ -567,6 +605,8 @@ fn main() -> Result<()> {
         resume: args.resume,
         stop_after: args.stop_after,
         data_name: data.source.clone(),
+        continued_from: args.load.clone(),
+        overwrite: args.overwrite,
     };
     let (result, _) = train(
         &opts,

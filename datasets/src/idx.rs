@@ -122,7 +122,8 @@ pub fn parse_idx(bytes: &[u8], name: &Path) -> Result<Idx> {
         return Err(DataError::format(
             name,
             format!(
-                "{} unexpected bytes after the {count} that dimensions {dims:?} promise",
+                "{} unexpected bytes after the {count} that dimensions {dims:?} promise (the \
+                 magic's last byte declares {ndims} dimensions)",
                 body - count
             ),
         ));

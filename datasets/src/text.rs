@@ -14,6 +14,12 @@ use std::path::Path;
 /// Reads a UTF-8 text file; invalid UTF-8 is an error naming the byte offset.
 pub fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    if bytes.is_empty() {
+        return Err(DataError::format(
+            path,
+            "empty: there is no text to learn from",
+        ));
+    }
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         DataError::format(path, format!("not UTF-8: invalid byte at offset {at}"))

@@ -82,7 +82,73 @@ pub struct GptConfig {
     pub init_std: f64,
 }
 
+/// A GPT configuration no model can have, named by the flag (or `config.json` key) that sets it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 impl GptConfig {
+    /// Refuses a shape no model can have: a zero size, a width that the heads do not divide,
+    /// key/value heads that do not divide the heads, an odd head width under rotary positions,
+    /// or a soft-cap, epsilon or scale that is not a positive number.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let fail = |m: String| Err(ConfigError(m));
+        for (flag, v) in [
+            ("--layers", self.layers),
+            ("--heads", self.heads),
+            ("--d-model", self.d_model),
+            ("--context", self.context),
+            ("the vocabulary", self.vocab),
+        ] {
+            if v == 0 {
+                return fail(format!("{flag} 0: must be at least 1"));
+            }
+        }
+        if !self.d_model.is_multiple_of(self.heads) {
+            return fail(format!(
+                "--d-model {} is not divisible by --heads {}",
+                self.d_model, self.heads
+            ));
+        }
+        if let Some(kv) = self.kv_heads
+            && (kv == 0 || !self.heads.is_multiple_of(kv))
+        {
+            return fail(format!(
+                "--kv-heads {kv} must divide --heads {}",
+                self.heads
+            ));
+        }
+        let head = self.d_model / self.heads;
+        if self.positions == PositionKind::Rope && head % 2 == 1 {
+            return fail(format!(
+                "rotary positions need an even head width; --d-model {} / --heads {} is {head}",
+                self.d_model, self.heads
+            ));
+        }
+        if let Some(c) = self.logit_softcap
+            && !(c.is_finite() && c > 0.0)
+        {
+            return fail(format!(
+                "--softcap {c}: must be a number above 0 (or 0 for off)"
+            ));
+        }
+        for (what, v) in [
+            ("norm epsilon", self.norm_eps),
+            ("rope base", self.rope_base),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return fail(format!("the {what} {v} must be a number above 0"));
+            }
+        }
+        if !(self.init_std.is_finite() && self.init_std >= 0.0) {
+            return fail(format!(
+                "the initial standard deviation {} must be a number, 0 or above",
+                self.init_std
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether this configuration is GPT-2's architecture (and so exports to transformers).
     pub fn is_gpt2(&self) -> bool {
         self.norm == NormKind::LayerNorm
@@ -365,5 +431,36 @@ impl<B: Backend> InferenceStep for Gpt<B> {
             loss: self.loss_masked(batch.inputs, batch.targets, batch.doc_mask),
             count: b * t,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_no_model_can_have_is_refused_naming_the_flag() {
+        let ok = GptConfig::new(10);
+        assert_eq!(ok.check(), Ok(()));
+        assert_eq!(ok.clone().modern().check(), Ok(()));
+        let refused = |c: GptConfig, says: &str| {
+            let e = c.check().expect_err(says);
+            assert!(e.0.contains(says), "{e} should say {says}");
+        };
+        refused(ok.clone().with_layers(0), "--layers 0");
+        refused(ok.clone().with_heads(0), "--heads 0");
+        refused(ok.clone().with_d_model(0), "--d-model 0");
+        refused(ok.clone().with_context(0), "--context 0");
+        refused(GptConfig::new(0), "vocabulary 0");
+        refused(ok.clone().with_heads(3), "not divisible by --heads 3");
+        refused(ok.clone().with_kv_heads(Some(3)), "--kv-heads 3");
+        refused(ok.clone().with_kv_heads(Some(0)), "--kv-heads 0");
+        // 4 heads of width 5: fine with learned positions, not with rotary ones.
+        let odd = ok.clone().with_d_model(20).with_heads(4);
+        assert_eq!(odd.clone().check(), Ok(()));
+        refused(odd.modern(), "even head width");
+        refused(ok.clone().with_logit_softcap(Some(f64::NAN)), "--softcap");
+        refused(ok.clone().with_norm_eps(0.0), "epsilon");
+        refused(ok.with_init_std(f64::NAN), "standard deviation");
     }
 }

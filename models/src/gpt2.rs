@@ -176,6 +176,9 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<Gpt<B>, Checkp
     let config_path = dir.join("config.json");
     let hf: Gpt2Config = read_json(&config_path)?;
     let config = hf.to_model(&config_path)?;
+    config
+        .check()
+        .map_err(|e| CheckpointError::format(&config_path, e.to_string()))?;
     let file = TensorFile::read(&dir.join("model.safetensors"))?;
     let path = file.path.clone();
     let mut by_gpt2 = file.tensors;

@@ -54,6 +54,10 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<Gpt<B>, Checkp
             ),
         ));
     }
+    native
+        .config
+        .check()
+        .map_err(|e| CheckpointError::format(&config_path, e.to_string()))?;
     let file = TensorFile::read(&dir.join("model.safetensors"))?;
     let model = native.config.init::<B>(device);
     crate::named::import(model, file.tensors, &file.path)

@@ -504,6 +504,33 @@ pub struct DitOptions {
     pub out: PathBuf,
     pub run_dir: PathBuf,
     pub data_name: String,
+    /// The pipeline the starting model came from (a continuation: only a checkpoint better than
+    /// the start replaces a model).
+    pub continued_from: Option<PathBuf>,
+    /// Continue a killed run from its newest checkpoint in `run_dir`.
+    pub resume: bool,
+    /// Start afresh over a model already at `save` and another run's checkpoints.
+    pub overwrite: bool,
+}
+
+impl DitOptions {
+    /// Refuses numbers no run can use, naming the flag.
+    pub fn check(&self) -> Result<(), crate::checks::BadValue> {
+        crate::checks::diffusion(
+            self.steps,
+            self.batch,
+            self.parts,
+            self.lr,
+            self.warmup,
+            self.decay_to,
+            self.clip,
+            self.weight_decay,
+            self.eval_every,
+            self.label_dropout,
+            self.draw.steps,
+            self.draw.guidance,
+        )
+    }
 }
 
 /// What the run measured.
@@ -614,6 +641,13 @@ pub fn train<B: AutodiffBackend>(
     report: Reporter,
 ) -> Result<(DitReport, Dit<B::InnerBackend>), TrainError> {
     let classes = model.config.classes;
+    opts.check()?;
+    let best = crate::checkpoint::claim_save(
+        opts.save.as_deref(),
+        opts.continued_from.as_deref(),
+        opts.resume,
+        opts.overwrite,
+    )?;
     let optimizer = OptimizerSpec::adamw(opts.weight_decay);
     let settings = DitSettings {
         data: opts.data_name.clone(),
@@ -634,6 +668,11 @@ pub fn train<B: AutodiffBackend>(
         valid_loss: None,
         judge_score: None,
     };
+    let mut fingerprint = crate::run::fingerprint(&settings, &model.config);
+    if let Some(o) = fingerprint.as_object_mut() {
+        o.insert("eval_every".into(), opts.eval_every.into());
+        o.insert("weight_decay".into(), opts.weight_decay.into());
+    }
     let out = Arc::new(Mutex::new(DitReport::default()));
     let hook = DitHook {
         report: report.clone(),
@@ -641,7 +680,7 @@ pub fn train<B: AutodiffBackend>(
         judge,
         noise: grid_noise(10),
         settings,
-        best: f64::INFINITY,
+        best,
         strip: Vec::new(),
         out: out.clone(),
     };
@@ -659,8 +698,10 @@ pub fn train<B: AutodiffBackend>(
         epochs: source.epochs(),
         accumulation: 1,
         parts: opts.parts,
-        resume: false,
-        baseline: false,
+        resume: opts.resume,
+        baseline: opts.continued_from.is_some(),
+        overwrite: opts.overwrite,
+        settings: fingerprint,
         report: report.clone(),
         unit: Some((opts.batch as f64, "images".into())),
     };

@@ -303,6 +303,8 @@ pub fn run<B: AutodiffBackend>(
                 save: None,
                 run_dir,
                 continued_from: None,
+                resume: false,
+                overwrite: true,
             };
             let report =
                 match crate::gpt::train_with(&opts, optimizer, &data, model, Reporter::silent()) {
@@ -337,6 +339,8 @@ pub fn run<B: AutodiffBackend>(
                 seed,
                 save: None,
                 run_dir,
+                // An arm that failed is run again from its start.
+                overwrite: true,
             };
             let r = match crate::mnist::train::<B>(
                 &opts,
@@ -462,6 +466,7 @@ fn run_lm<B: AutodiffBackend>(
         resume: false,
         stop_after: None,
         continued_from: None,
+        overwrite: true,
     };
     let report = match train(&opts, &corpus, model, Reporter::silent()) {
         Ok((report, _)) => report,

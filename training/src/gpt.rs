@@ -255,6 +255,10 @@ pub struct TrainingSettings {
     pub step: usize,
     /// Its validation loss (nats per character) on the fixed windows, once measured.
     pub valid_loss: Option<f64>,
+    /// The model's configuration (runs older than the field: none), against which a
+    /// `config.json` edited afterwards is caught.
+    #[serde(default)]
+    pub model: Option<GptConfig>,
 }
 
 /// Everything a GPT run needs besides the data.
@@ -285,6 +289,10 @@ pub struct GptOptions {
     pub run_dir: PathBuf,
     /// The directory the starting model came from (a continuation).
     pub continued_from: Option<PathBuf>,
+    /// Continue a killed run from its newest checkpoint in `run_dir`.
+    pub resume: bool,
+    /// Start afresh over a model already at `save` and another run's checkpoints.
+    pub overwrite: bool,
 }
 
 /// What the run measured.
@@ -327,10 +335,37 @@ pub fn load_dir<B: Backend>(
 ) -> Result<(Gpt<B>, CharTokenizer, Option<TrainingSettings>), CheckpointError> {
     let model = gpt2::load(dir, device)?;
     let tok_path = dir.join("tokenizer.json");
-    let tokenizer = CharTokenizer::load(&tok_path)
-        .map_err(|e| CheckpointError::format(&tok_path, e.to_string()))?;
+    let tokenizer = CharTokenizer::load(&tok_path).map_err(|e| {
+        let text = e.to_string();
+        let own = format!("{}: ", tok_path.display());
+        CheckpointError::format(&tok_path, text.strip_prefix(&own).unwrap_or(&text))
+    })?;
     crate::checkpoint::check_vocab(&tok_path, tokenizer.vocab_size(), model.config.vocab)?;
-    let settings = crate::checkpoint::read_settings(dir)?;
+    let settings: Option<TrainingSettings> = crate::checkpoint::read_settings(dir)?;
+    if let Some(saved) = settings.as_ref().and_then(|s| s.model.as_ref()) {
+        let c = &model.config;
+        let shape = |c: &GptConfig| (c.vocab, c.context, c.layers, c.heads, c.d_model);
+        if shape(saved) != shape(c) {
+            return Err(CheckpointError::format(
+                dir.join("config.json"),
+                format!(
+                    "describes {} layers, {} heads, width {}, context {}, vocabulary {}, but the \
+                     model was trained as {} layers, {} heads, width {}, context {}, vocabulary {} \
+                     (training.json): the file was edited",
+                    c.layers,
+                    c.heads,
+                    c.d_model,
+                    c.context,
+                    c.vocab,
+                    saved.layers,
+                    saved.heads,
+                    saved.d_model,
+                    saved.context,
+                    saved.vocab
+                ),
+            ));
+        }
+    }
     Ok((model, tokenizer, settings))
 }
 
@@ -418,6 +453,26 @@ pub fn train_with<B: AutodiffBackend>(
     report: Reporter,
 ) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
     let context = model.context();
+    opts.model.check()?;
+    crate::checks::schedule(
+        opts.steps,
+        opts.batch,
+        opts.parts,
+        opts.lr,
+        opts.warmup,
+        opts.decay_to,
+        opts.clip,
+        opts.weight_decay,
+        opts.eval_every,
+    )?;
+    crate::checks::at_least_one("--eval-windows", opts.eval_windows)?;
+    crate::checks::sample(&opts.sample)?;
+    let best = crate::checkpoint::claim_save(
+        opts.save.as_deref(),
+        opts.continued_from.as_deref(),
+        opts.resume,
+        opts.overwrite,
+    )?;
     let prompt = data
         .tokenizer
         .encode(&opts.prompt, "--prompt")
@@ -448,7 +503,9 @@ pub fn train_with<B: AutodiffBackend>(
             .map(|p| p.display().to_string()),
         step: 0,
         valid_loss: None,
+        model: Some(opts.model.clone()),
     };
+    let fingerprint = crate::run::fingerprint(&settings, &opts.model);
     let out = Arc::new(Mutex::new(GptReport::default()));
     let hook = GptHook {
         report: report.clone(),
@@ -456,7 +513,7 @@ pub fn train_with<B: AutodiffBackend>(
         tokenizer: data.tokenizer.clone(),
         prompt,
         settings,
-        best: f64::INFINITY,
+        best,
         out: out.clone(),
     };
     let train_src = WindowSource::new(
@@ -473,8 +530,10 @@ pub fn train_with<B: AutodiffBackend>(
         epochs,
         accumulation: 1,
         parts: opts.parts.max(1),
-        resume: false,
+        resume: opts.resume,
         baseline: opts.continued_from.is_some(),
+        overwrite: opts.overwrite,
+        settings: fingerprint,
         report: report.clone(),
         unit: Some(((opts.batch * context) as f64, "characters".into())),
     };

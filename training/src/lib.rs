@@ -9,6 +9,7 @@ pub mod backend;
 pub mod backend_check;
 pub mod bench;
 pub mod checkpoint;
+pub mod checks;
 pub mod dit;
 pub mod experiment;
 pub mod gpt;

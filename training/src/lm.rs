@@ -27,7 +27,7 @@ use nervus_datasets::download::sha256_hex;
 use nervus_datasets::rng::Rng;
 use nervus_datasets::shards::{self, CorpusManifest, Shards, Split};
 use nervus_inference::generate::{SampleOptions, generate};
-use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
 use nervus_models::native;
 use serde::{Deserialize, Serialize};
@@ -542,6 +542,8 @@ pub struct LmOptions {
     /// still spans `steps`), to be continued later with `resume`: training in sessions.
     pub stop_after: Option<usize>,
     pub continued_from: Option<PathBuf>,
+    /// Start afresh over a model already at `save` and another run's checkpoints.
+    pub overwrite: bool,
 }
 
 /// One checkpoint's measurements.
@@ -715,7 +717,30 @@ pub fn train<B: AutodiffBackend>(
     report: Reporter,
 ) -> Result<(LmReport, Gpt<B::InnerBackend>), LmError> {
     let context = model.context();
+    opts.model.check().map_err(TrainError::from)?;
+    crate::checks::schedule(
+        opts.steps,
+        opts.batch,
+        1,
+        opts.lr,
+        opts.warmup,
+        opts.decay_to,
+        opts.clip,
+        0.0,
+        opts.eval_every,
+    )
+    .and_then(|()| crate::checks::at_least_one("--accumulate", opts.accumulation))
+    .and_then(|()| crate::checks::at_least_one("--eval-batches", opts.eval_batches))
+    .and_then(|()| crate::checks::sample(&opts.sample))
+    .map_err(TrainError::from)?;
     corpus.check_context(context)?;
+    let best = crate::checkpoint::claim_save(
+        opts.save.as_deref(),
+        opts.continued_from.as_deref(),
+        opts.resume,
+        opts.overwrite,
+    )
+    .map_err(TrainError::from)?;
     let k = opts.accumulation.max(1);
     let prompt = if opts.prompt.is_empty() {
         vec![corpus.manifest.eot_id]
@@ -730,15 +755,6 @@ pub fn train<B: AutodiffBackend>(
         opts.doc_mask,
     );
     let (tokens, bytes) = eval.tokens_and_bytes(&corpus.token_bytes);
-    // A resumed run must not replace a better model saved before it was killed.
-    let mut best = f64::INFINITY;
-    if opts.resume
-        && let Some(dir) = &opts.save
-        && let Ok(s) = read_json::<LmSettings>(&dir.join("training.json"))
-        && let Some(v) = s.valid_loss
-    {
-        best = v;
-    }
     let settings = LmSettings {
         data: corpus.name.clone(),
         data_sha256: corpus.text_sha256.clone(),
@@ -765,6 +781,7 @@ pub fn train<B: AutodiffBackend>(
         bits_per_byte: None,
         reversed_gap: None,
     };
+    let fingerprint = crate::run::fingerprint(&settings, &opts.model);
     let out = Arc::new(Mutex::new(LmReport::default()));
     let hook = LmHook {
         report: report.clone(),
@@ -801,6 +818,8 @@ pub fn train<B: AutodiffBackend>(
         parts: 1,
         resume: opts.resume,
         baseline: opts.continued_from.is_some(),
+        overwrite: opts.overwrite,
+        settings: fingerprint,
         report: report.clone(),
         unit: Some(((opts.batch * context) as f64, "tokens".into())),
     };

@@ -125,6 +125,8 @@ pub struct MnistOptions {
     pub save: Option<PathBuf>,
     /// Burn's working directory (resume checkpoints, metric logs).
     pub run_dir: PathBuf,
+    /// Start afresh over a model already at `save` and another run's checkpoints.
+    pub overwrite: bool,
 }
 
 /// What a run measured, epoch by epoch.
@@ -155,7 +157,12 @@ impl<B: Backend> EpochHook<Mlp<B>> for MnistHook {
         if info.valid.loss() < self.best {
             self.best = info.valid.loss();
             if let Some(dir) = &self.save {
-                model.save(dir).map_err(|e| e.to_string())?;
+                crate::checkpoint::replace_dir(dir, |staging| {
+                    std::fs::create_dir_all(staging)
+                        .map_err(|e| nervus_models::checkpoint::CheckpointError::io(staging, e))?;
+                    model.save(staging)
+                })
+                .map_err(|e| e.to_string())?;
                 saved = "  saved";
             }
         }
@@ -183,6 +190,13 @@ pub fn train<B: AutodiffBackend>(
     report: Reporter,
     device: &B::Device,
 ) -> Result<(Mlp<B::InnerBackend>, MnistReport), TrainError> {
+    crate::checks::at_least_one("--hidden", opts.hidden)?;
+    crate::checks::positive("--lr", opts.lr)?;
+    crate::checks::at_least_one("--epochs", opts.epochs)?;
+    crate::checks::at_least_one("--batch", opts.batch)?;
+    if let Some(save) = &opts.save {
+        crate::checkpoint::check_fresh_save(save, None, false, opts.overwrite)?;
+    }
     B::seed(device, opts.seed);
     let model = MlpConfig::new().with_hidden(opts.hidden).init::<B>(device);
     let out = Arc::new(Mutex::new(MnistReport::default()));
@@ -199,6 +213,11 @@ pub fn train<B: AutodiffBackend>(
         parts: 1,
         resume: false,
         baseline: false,
+        overwrite: opts.overwrite,
+        settings: serde_json::json!({
+            "hidden": opts.hidden, "optimizer": opts.optimizer, "lr": opts.lr,
+            "epochs": opts.epochs, "batch": opts.batch, "seed": opts.seed,
+        }),
         report,
         unit: Some((opts.batch as f64, "images".into())),
     };

@@ -91,6 +91,35 @@ impl Reporter {
     }
 }
 
+/// The end of an example's `main`: a failure is one line on standard error, `error: ` and the
+/// chain of causes joined by `: ` (no backtrace, no list of causes; a cause its parent already
+/// quotes is not repeated), and exit status 1.
+pub fn exit<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    result: Result<(), E>,
+) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(e.into().as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        cause = c.source();
+    }
+    line.replace('\n', " ")
+}
+
 /// `1h 02m`, `4m 05s`, `12s`.
 pub fn duration(secs: f64) -> String {
     if !secs.is_finite() {

@@ -8,7 +8,8 @@ use crate::report::{Reporter, Ui};
 use crate::schedule::WarmupCosine;
 use crate::strategy::{EpochHook, Scored, StepStrategy};
 use burn::record::{
-    FileRecorder, FullPrecisionSettings, NamedMpkFileRecorder, Recorder, RecorderError,
+    FileRecorder, FullPrecisionSettings, NamedMpkBytesRecorder, NamedMpkFileRecorder, Recorder,
+    RecorderError,
 };
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
@@ -30,6 +31,16 @@ pub enum TrainError {
     Hook(String),
     #[error("{path}: {problem}")]
     Resume { path: PathBuf, problem: String },
+    #[error(transparent)]
+    Occupied(#[from] crate::checkpoint::Occupied),
+    #[error(transparent)]
+    BadValue(#[from] crate::checks::BadValue),
+    #[error(transparent)]
+    Config(#[from] nervus_models::gpt::ConfigError),
+    /// A checkpoint could not be written (a full disk, a directory that went away): the run
+    /// stopped there; what was saved before is unchanged.
+    #[error("training stopped: a checkpoint could not be written: {0}")]
+    Checkpoint(String),
     /// The training or validation loss became NaN or infinite: the run stopped at that epoch's
     /// end. An outcome an experiment records (a learning rate too high), not a broken run.
     #[error(
@@ -52,14 +63,20 @@ pub struct RunConfig {
     pub resume: bool,
     /// Measure the starting model before the first step (for continuations).
     pub baseline: bool,
+    /// Start afresh even where `dir` holds another run's checkpoints (which are then removed).
+    pub overwrite: bool,
+    /// What a resumed run must share with the run it continues (the model's configuration and
+    /// the settings that shape its steps), written to `dir/run.json` when a run starts; a
+    /// `resume` with other settings is refused, naming them.
+    pub settings: serde_json::Value,
     pub report: Reporter,
     /// For the plain renderer's rate line: units per batch and their name.
     pub unit: Option<(f64, String)>,
 }
 
 /// A file recorder that writes through a temporary file and a rename, so that a checkpoint on
-/// disk is always a whole one. (Burn's file recorders delete the old file, then write the new one
-/// in place.)
+/// disk is always a whole one, and reports a failed write. (Burn's file recorders delete the old
+/// file, then write the new one in place, and drop a write error on the floor.)
 #[derive(Debug, Default, Clone)]
 pub struct AtomicRecorder(NamedMpkFileRecorder<FullPrecisionSettings>);
 
@@ -72,15 +89,14 @@ impl<B: burn::prelude::Backend> Recorder<B> for AtomicRecorder {
     fn save_item<I: serde::Serialize>(&self, item: I, file: PathBuf) -> Result<(), RecorderError> {
         let ext = <Self as FileRecorder<B>>::file_extension();
         let target = file.with_extension(ext);
-        // The inner recorder replaces the extension; "x" is the part it replaces.
-        let staging = PathBuf::from(format!("{}.partial.x", file.display()));
-        <NamedMpkFileRecorder<FullPrecisionSettings> as Recorder<B>>::save_item(
-            &self.0,
+        // The same bytes Burn's file recorder writes, but every write error is seen: Burn's
+        // writer is dropped unflushed, so a full disk left an empty file that looked saved.
+        let bytes = <NamedMpkBytesRecorder<FullPrecisionSettings> as Recorder<B>>::save_item(
+            &NamedMpkBytesRecorder::new(),
             item,
-            staging.clone(),
+            (),
         )?;
-        std::fs::rename(staging.with_extension(ext), &target)
-            .map_err(|e| RecorderError::Unknown(e.to_string()))
+        write_atomically(&target, &bytes).map_err(|e| RecorderError::Unknown(e.to_string()))
     }
 
     fn load_item<I: serde::de::DeserializeOwned>(
@@ -97,24 +113,234 @@ impl<B: burn::prelude::Backend> FileRecorder<B> for AtomicRecorder {
     }
 }
 
-/// The newest epoch with a complete resume checkpoint (model, optimizer and scheduler) in `dir`.
-pub fn latest_checkpoint(dir: &Path) -> Option<usize> {
+/// `NERVUS_WRITE_DELAY_MS`: milliseconds every checkpoint and model write waits between writing
+/// its temporary copy and renaming it into place, so that `cargo xtask kill-test` can land kills
+/// inside writes. Unset (the default): no wait.
+static WRITE_DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+    std::sync::LazyLock::new(|| {
+        std::env::var("NERVUS_WRITE_DELAY_MS")
+            .ok()?
+            .parse()
+            .ok()
+            .map(std::time::Duration::from_millis)
+    });
+
+/// Waits `NERVUS_WRITE_DELAY_MS` where that is set (see [`WRITE_DELAY`]).
+pub fn hold_the_write_open() {
+    if let Some(d) = *WRITE_DELAY {
+        std::thread::sleep(d);
+    }
+}
+
+/// `bytes` into `target` through a temporary file beside it, synced to the disk before the
+/// rename, so that `target` is the old file or the whole new one. A failed write removes the
+/// temporary file and leaves `target` alone.
+pub fn write_atomically(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let staging = PathBuf::from(format!("{}.partial", target.display()));
+    let write = || -> std::io::Result<()> {
+        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut f = std::fs::File::create(&staging)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    };
+    let result = write();
+    hold_the_write_open();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&staging);
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("writing {}: {e}", target.display()),
+        ));
+    }
+    std::fs::rename(&staging, target).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("renaming into {}: {e}", target.display()))
+    })
+}
+
+/// What a run's checkpoint directory (`dir/checkpoint`) holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checkpoints {
+    /// No checkpoint file at all.
+    None,
+    /// The newest epoch whose model, optimizer and scheduler files are all there.
+    Complete(usize),
+    /// Checkpoint files, but no epoch with all three (their names).
+    Broken(Vec<String>),
+}
+
+/// The state of the resume checkpoints in the run directory `dir`.
+pub fn checkpoints(dir: &Path) -> Checkpoints {
     let ckpt = dir.join("checkpoint");
-    let entries = std::fs::read_dir(&ckpt).ok()?;
-    entries
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_prefix("model-")?
-                .strip_suffix(".mpk")?
-                .parse::<usize>()
-                .ok()
-        })
-        .filter(|e| {
+    let Ok(entries) = std::fs::read_dir(&ckpt) else {
+        return Checkpoints::None;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".mpk"))
+        .collect();
+    names.sort();
+    let complete = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("model-")?.strip_suffix(".mpk")?.parse().ok())
+        .filter(|e: &usize| {
             ["optim", "scheduler"]
                 .iter()
-                .all(|p| ckpt.join(format!("{p}-{e}.mpk")).exists())
+                .all(|p| ckpt.join(format!("{p}-{e}.mpk")).is_file())
         })
-        .max()
+        .max();
+    match complete {
+        Some(e) => Checkpoints::Complete(e),
+        None if names.is_empty() => Checkpoints::None,
+        None => Checkpoints::Broken(names),
+    }
+}
+
+/// The newest epoch with a complete resume checkpoint (model, optimizer and scheduler) in `dir`.
+pub fn latest_checkpoint(dir: &Path) -> Option<usize> {
+    match checkpoints(dir) {
+        Checkpoints::Complete(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// What a resumed run must share with the run it continues: `settings` (a run's `training.json`)
+/// less what may change between sessions (the backend, the threads a batch is cut across), and
+/// the model's configuration under `model`.
+pub fn fingerprint(
+    settings: &impl serde::Serialize,
+    model: &impl serde::Serialize,
+) -> serde_json::Value {
+    let mut v = serde_json::to_value(settings).expect("settings are JSON");
+    if let Some(o) = v.as_object_mut() {
+        o.remove("backend");
+        o.remove("parts");
+        o.insert(
+            "model".into(),
+            serde_json::to_value(model).expect("a config is JSON"),
+        );
+    }
+    v
+}
+
+/// The settings in `saved` that `now` gives another value, as `name: now (saved run: then)`,
+/// nested objects' keys joined by dots.
+pub fn differences(now: &serde_json::Value, saved: &serde_json::Value) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(
+                        &name,
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("{prefix} {a} (saved run: {b})")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", now, saved, &mut out);
+    out
+}
+
+/// Gets `run.dir` ready for a run: a resume finds its checkpoint and checks the saved run's
+/// settings; a fresh start refuses to bury another run's checkpoints unless told to, and records
+/// its own settings. Returns the epoch to resume after, if any.
+fn prepare_dir(run: &RunConfig) -> Result<Option<usize>, TrainError> {
+    let fail = |path: &Path, problem: String| TrainError::Resume {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let record = run.dir.join("run.json");
+    let found = checkpoints(&run.dir);
+    if run.resume {
+        match found {
+            Checkpoints::Complete(epoch) => {
+                if let Ok(text) = std::fs::read_to_string(&record) {
+                    let saved: serde_json::Value = serde_json::from_str(&text)
+                        .map_err(|e| fail(&record, format!("not the JSON a run writes ({e})")))?;
+                    let diff = differences(&run.settings, &saved);
+                    if !diff.is_empty() {
+                        return Err(fail(
+                            &record,
+                            format!(
+                                "--resume continues a run with its own settings; these differ: {}",
+                                diff.join(", ")
+                            ),
+                        ));
+                    }
+                } else {
+                    run.report.line(format!(
+                        "note: {} has no run.json (a run from before it was written): its settings are not checked",
+                        run.dir.display()
+                    ));
+                }
+                if epoch >= run.epochs {
+                    // Killed after its last checkpoint (its model saved before it): nothing
+                    // is left to train, and the model comes back from the checkpoint.
+                    run.report.line(format!(
+                        "the run in {} already finished ({epoch} of {} epochs): nothing left to train",
+                        run.dir.display(),
+                        run.epochs
+                    ));
+                }
+                return Ok(Some(epoch));
+            }
+            Checkpoints::Broken(names) => {
+                // Only the first checkpoint can be caught half-written with no whole one before
+                // it (two are kept): nothing was lost but its epoch.
+                let ckpt = run.dir.join("checkpoint");
+                run.report.line(format!(
+                    "no whole checkpoint in {} (a kill inside the first one left {}): starting from the first step",
+                    ckpt.display(),
+                    names.join(", ")
+                ));
+                std::fs::remove_dir_all(&ckpt).map_err(|e| {
+                    fail(&ckpt, format!("cannot remove the broken checkpoint: {e}"))
+                })?;
+            }
+            Checkpoints::None => run.report.line(format!(
+                "nothing to resume in {}: starting from the first step",
+                run.dir.display()
+            )),
+        }
+    } else if found != Checkpoints::None {
+        if !run.overwrite {
+            let what = match &found {
+                Checkpoints::Complete(e) => format!("checkpoints of a run (epoch {e})"),
+                _ => "checkpoint files".into(),
+            };
+            return Err(fail(
+                &run.dir.join("checkpoint"),
+                format!(
+                    "holds {what}: continue it with --resume where the model offers it, or pass --overwrite to start afresh"
+                ),
+            ));
+        }
+        let ckpt = run.dir.join("checkpoint");
+        std::fs::remove_dir_all(&ckpt)
+            .map_err(|e| fail(&ckpt, format!("cannot remove the old checkpoints: {e}")))?;
+    }
+    std::fs::create_dir_all(&run.dir)
+        .map_err(|e| fail(&run.dir, format!("cannot create the run directory: {e}")))?;
+    let text = serde_json::to_string_pretty(&run.settings).expect("settings are JSON");
+    write_atomically(&record, text.as_bytes()).map_err(|e| fail(&record, e.to_string()))?;
+    Ok(None)
 }
 
 /// Trains `model` for `run.epochs` epochs of `train`, validating on `valid` after each, and
@@ -174,7 +400,10 @@ where
     let mut training = SupervisedTraining::new(&run.dir, train, valid)
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
         .with_file_checkpointer(AtomicRecorder::default())
-        .with_checkpointing_strategy(KeepLastNCheckpoints::new(1))
+        // Two: the model, optimizer and scheduler files are written and their old ones deleted
+        // on three threads, so a kill inside a checkpoint can leave the newest epoch without
+        // one of them; the epoch before is whole.
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(2))
         .with_application_logger(None)
         .num_epochs(run.epochs);
     training = metrics(training);
@@ -183,29 +412,114 @@ where
         r.unit = run.unit.clone();
         training = training.renderer(r);
     }
-    if run.resume
-        && let Some(epoch) = latest_checkpoint(&run.dir)
-    {
-        if epoch >= run.epochs {
-            return Err(TrainError::Resume {
-                path: run.dir.clone(),
-                problem: format!(
-                    "the run already finished ({epoch} of {} epochs)",
-                    run.epochs
-                ),
-            });
-        }
+    if let Some(epoch) = prepare_dir(&run)? {
         run.report.line(format!(
             "resuming after epoch {epoch} from {}",
             run.dir.display()
         ));
         training = training.checkpoint(epoch);
     }
+    let interrupter = training.interrupter();
     let result = training.launch(Learner::new(model, optim, schedule));
     drop(result.renderer);
     run.report.flush();
     if let Some(e) = error.lock().expect("error slot").take() {
         return Err(e);
     }
+    // Burn's checkpoint writers stop the run through the interrupter when a write fails.
+    if let Some(why) = interrupter.get_message()
+        && !crate::strategy::OWN_STOPS.contains(&why.as_str())
+    {
+        // Burn hands the recorder's error on as `Recorder error: `Unknown("...")``: keep the
+        // recorder's own words.
+        let inner = why
+            .split_once("Unknown(\"")
+            .and_then(|(_, rest)| rest.rsplit_once("\")"))
+            .map(|(m, _)| m.replace("\\\"", "\""));
+        return Err(TrainError::Checkpoint(inner.unwrap_or(why)));
+    }
     Ok(result.model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nervus-run-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("checkpoint")).unwrap();
+        d
+    }
+
+    fn touch(dir: &Path, names: &[&str]) {
+        for n in names {
+            std::fs::write(dir.join("checkpoint").join(n), b"x").unwrap();
+        }
+    }
+
+    #[test]
+    fn the_newest_whole_epoch_is_found_and_a_set_with_none_is_broken() {
+        let d = scratch("sets");
+        assert_eq!(checkpoints(&d), Checkpoints::None);
+        // A kill inside epoch 13's checkpoint: its scheduler file never written.
+        touch(&d, &["model-12.mpk", "optim-12.mpk", "scheduler-12.mpk"]);
+        touch(&d, &["model-13.mpk", "optim-13.mpk"]);
+        assert_eq!(checkpoints(&d), Checkpoints::Complete(12));
+        std::fs::remove_file(d.join("checkpoint/model-12.mpk")).unwrap();
+        assert_eq!(
+            checkpoints(&d),
+            Checkpoints::Broken(vec![
+                "model-13.mpk".into(),
+                "optim-12.mpk".into(),
+                "optim-13.mpk".into(),
+                "scheduler-12.mpk".into()
+            ])
+        );
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn differences_name_each_changed_setting_with_its_saved_value() {
+        let saved = serde_json::json!({"steps": 6, "model": {"d_model": 8, "heads": 2}, "lr": 0.1});
+        let now = serde_json::json!({"steps": 6, "model": {"d_model": 16, "heads": 2}, "lr": 0.2});
+        assert_eq!(
+            differences(&now, &saved),
+            vec!["lr 0.2 (saved run: 0.1)", "model.d_model 16 (saved run: 8)"]
+        );
+        assert!(differences(&saved, &saved).is_empty());
+        let extra = serde_json::json!({"steps": 6, "seed": 1});
+        let fewer = serde_json::json!({"steps": 6});
+        assert_eq!(
+            differences(&extra, &fewer),
+            vec!["seed 1 (saved run: null)"]
+        );
+    }
+
+    /// The write error Burn's own recorder drops (its buffered writer is never flushed by hand)
+    /// is seen: here the temporary file is /dev/full.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_write_that_fails_is_an_error_and_leaves_no_file() {
+        let d = scratch("full");
+        let target = d.join("model-1.mpk");
+        std::os::unix::fs::symlink("/dev/full", d.join("model-1.mpk.partial")).unwrap();
+        let err = write_atomically(&target, &[7u8; 100]).unwrap_err();
+        assert!(err.to_string().contains("model-1.mpk"), "{err}");
+        assert!(!target.exists());
+        // Through the recorder the learner uses (the failed write removed the link).
+        std::os::unix::fs::symlink("/dev/full", d.join("model-1.mpk.partial")).unwrap();
+        let record = burn::record::Recorder::<burn::backend::Flex>::record(
+            &AtomicRecorder::default(),
+            vec![1.0f32; 64],
+            d.join("model-1"),
+        );
+        assert!(record.is_err(), "{record:?}");
+        assert!(!target.exists());
+        // And a write that can succeed, does, whole.
+        assert!(!d.join("model-1.mpk.partial").exists());
+        write_atomically(&target, &[7u8; 100]).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), vec![7u8; 100]);
+        let _ = std::fs::remove_dir_all(d);
+    }
 }

@@ -29,6 +29,16 @@ use burn::train::{
 use nervus_models::output::Objective;
 use std::sync::{Arc, Mutex};
 
+const HOOK_FAILED: &str = "an epoch hook failed";
+const STOPPED_AS_ASKED: &str = "stopped as asked";
+/// The reasons this strategy, or a user at Burn's terminal UI, stops a run with; any other
+/// reason came from Burn's checkpoint writers and is an error.
+pub const OWN_STOPS: [&str; 3] = [
+    HOOK_FAILED,
+    STOPPED_AS_ASKED,
+    "Stopping training from user input.",
+];
+
 /// The mean loss (and, for classifiers, the accuracy) of some outputs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Score {
@@ -182,7 +192,7 @@ where
         let started = std::time::Instant::now();
         let fail = |e: crate::run::TrainError| {
             *self.error.lock().expect("error slot") = Some(e);
-            interrupter.stop(Some("an epoch hook failed"));
+            interrupter.stop(Some(HOOK_FAILED));
         };
 
         if self.baseline {
@@ -259,9 +269,6 @@ where
                 });
                 break;
             }
-            if let Some(c) = &mut checkpointer {
-                c.checkpoint(&learner, epoch, &components.event_store);
-            }
             let info = EpochInfo {
                 epoch,
                 epochs,
@@ -271,13 +278,18 @@ where
                 lr: learner.lr_current(),
                 elapsed: started.elapsed().as_secs_f64(),
             };
+            // The hook (which saves the best model) before the checkpoint: a run killed after
+            // its checkpoint has saved its model, and one killed before it replays the epoch.
             let mut hook = self.hook.lock().expect("hook");
             if let Err(e) = hook.after_epoch(&info, &model) {
                 fail(crate::run::TrainError::Hook(e));
                 break;
             }
+            if let Some(c) = &mut checkpointer {
+                c.checkpoint(&learner, epoch, &components.event_store);
+            }
             if hook.stop_requested() {
-                interrupter.stop(Some("stopped as asked"));
+                interrupter.stop(Some(STOPPED_AS_ASKED));
                 break;
             }
         }

@@ -29,7 +29,7 @@ use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES, WINDOW};
 use nervus_datasets::rng::Rng;
 use nervus_inference::flow::{Churn, Guide};
 use nervus_inference::render::{clips_gif, grid_png};
-use nervus_models::checkpoint::{CheckpointError, read_json, write_json};
+use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::flow::Velocity;
 use nervus_models::flow::{FlowBatch, noised};
 use nervus_models::mlp::Mlp;
@@ -397,6 +397,8 @@ fn judge_mnist_options(options: JudgeOptions, save: &Path, run_dir: PathBuf) -> 
         seed: options.seed,
         save: Some(save.to_path_buf()),
         run_dir,
+        // The judge is a deterministic by-product, trained again where it is asked for.
+        overwrite: true,
     }
 }
 
@@ -1194,6 +1196,11 @@ pub struct VideoOptions {
     /// to be continued with `resume`: training in sessions.
     pub stop_after: Option<usize>,
     pub data_name: String,
+    /// The pipeline the starting model came from (a continuation: only a checkpoint better than
+    /// the start replaces a model).
+    pub continued_from: Option<PathBuf>,
+    /// Start afresh over a model already at `save` and another run's checkpoints.
+    pub overwrite: bool,
 }
 
 /// One checkpoint's measurements.
@@ -1362,15 +1369,28 @@ pub fn train<B: AutodiffBackend>(
     report: Reporter,
 ) -> Result<(VideoReport, VideoDit<B::InnerBackend>), TrainError> {
     let classes = model.config.classes;
-    // A resumed run must not replace a better model saved before it was stopped.
-    let mut best = f64::INFINITY;
-    if opts.resume
-        && let Some(dir) = &opts.save
-        && let Ok(s) = read_json::<VideoSettings>(&dir.join("training.json"))
-        && let Some(v) = s.valid_loss
-    {
-        best = v;
-    }
+    crate::checks::diffusion(
+        opts.steps,
+        opts.batch,
+        opts.parts,
+        opts.lr,
+        opts.warmup,
+        opts.decay_to,
+        opts.clip,
+        opts.weight_decay,
+        opts.eval_every,
+        opts.label_dropout,
+        opts.draw.steps,
+        opts.draw.guidance,
+    )?;
+    crate::checks::at_least_one("--eval-clips", opts.eval_clips)?;
+    crate::checks::non_negative("--double-contrast", opts.double_contrast)?;
+    let best = crate::checkpoint::claim_save(
+        opts.save.as_deref(),
+        opts.continued_from.as_deref(),
+        opts.resume,
+        opts.overwrite,
+    )?;
     let settings = VideoSettings {
         data: opts.data_name.clone(),
         steps: opts.steps,
@@ -1391,6 +1411,12 @@ pub fn train<B: AutodiffBackend>(
         label_gap: None,
         mostly_right: None,
     };
+    let mut fingerprint = crate::run::fingerprint(&settings, &model.config);
+    if let Some(o) = fingerprint.as_object_mut() {
+        o.insert("eval_every".into(), opts.eval_every.into());
+        o.insert("eval_clips".into(), opts.eval_clips.into());
+        o.insert("weight_decay".into(), opts.weight_decay.into());
+    }
     let eval = Arc::new(FixedClips::new(test, opts.eval_clips));
     let mut rng = Rng::new(GUESS_SEED);
     let guess_clips = [(3, 7), (0, 1), (4, 9)]
@@ -1425,7 +1451,9 @@ pub fn train<B: AutodiffBackend>(
         accumulation: 1,
         parts: opts.parts,
         resume: opts.resume,
-        baseline: false,
+        baseline: opts.continued_from.is_some(),
+        overwrite: opts.overwrite,
+        settings: fingerprint,
         report: report.clone(),
         unit: Some((opts.batch as f64, "clips".into())),
     };

@@ -117,6 +117,8 @@ fn options(steps: usize, every: usize, save: Option<PathBuf>, run_dir: PathBuf) 
         save,
         run_dir,
         continued_from: None,
+        resume: false,
+        overwrite: false,
     }
 }
 
@@ -186,6 +188,7 @@ fn a_continuation_that_helps_nothing_changes_nothing() {
         continued_from: None,
         step: 0,
         valid_loss: None,
+        model: None,
     };
     save_dir(&start.valid(), &data.tokenizer, &settings, &save).unwrap();
     let bytes = std::fs::read(save.join("model.safetensors")).unwrap();
@@ -241,6 +244,7 @@ fn save_then_load_gives_identical_logits() {
         continued_from: None,
         step: 1,
         valid_loss: Some(1.0),
+        model: None,
     };
     save_dir(&model, &data.tokenizer, &settings, &dir).unwrap();
     for f in [

@@ -63,6 +63,7 @@ fn a_short_run_trains_in_bf16() {
         resume: false,
         stop_after: None,
         continued_from: None,
+        overwrite: false,
     };
     B::seed(&dev, 3);
     let model = opts.model.init::<B>(&dev);

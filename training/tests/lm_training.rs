@@ -81,6 +81,7 @@ fn options(dir: &Path, steps: usize, every: usize) -> LmOptions {
         resume: false,
         stop_after: None,
         continued_from: None,
+        overwrite: false,
     }
 }
 
@@ -322,6 +323,8 @@ fn run_accumulated(
         parts,
         resume: false,
         baseline: false,
+        overwrite: true,
+        settings: serde_json::Value::Null,
         report: Reporter::silent(),
         unit: None,
     };

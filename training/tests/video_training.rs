@@ -74,6 +74,8 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
         resume: false,
         stop_after: None,
         data_name: "test".into(),
+        continued_from: None,
+        overwrite: false,
     }
 }
 
