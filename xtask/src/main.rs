@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_pytorch;
+mod kill_test;
 mod mutants;
 mod tables;
 mod witnesses;
@@ -41,6 +42,9 @@ enum Command {
     /// Run the gradient tests and write the table of worst differences per layer (hand-derived
     /// against numerical, and against Burn's autodiff) into docs/witnesses.md and docs/witness-system.md.
     Witnesses(witnesses::WitnessArgs),
+    /// Train a short real run, SIGKILL it at random moments, resume it after each kill, and
+    /// compare its end with the same run never interrupted, byte for byte.
+    KillTest(kill_test::KillArgs),
     /// (internal) One run of one experiment, in a process of its own.
     #[command(hide = true)]
     RunOne(tables::RunOneArgs),
@@ -97,5 +101,6 @@ fn main() -> Result<()> {
         Command::RunOne(args) => tables::run_one(args),
         Command::Mutants(args) => mutants::run(args),
         Command::Witnesses(args) => witnesses::run(args),
+        Command::KillTest(args) => kill_test::run(args),
     }
 }
