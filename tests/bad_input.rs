@@ -663,11 +663,27 @@ fn rows() -> Vec<Row> {
     ]
 }
 
-/// A table cell: pipes escaped, the scratch path out.
+/// A table cell: pipes escaped, the scratch path out, and a measured loss (which the last digits
+/// of another CPU's arithmetic may change) shown as `X`.
 fn cell(text: &str, dir: &Path) -> String {
-    text.replace(&format!("{}/", dir.display()), "")
+    let text = text
+        .replace(&format!("{}/", dir.display()), "")
         .replace(&dir.display().to_string(), ".")
-        .replace('|', "\\|")
+        .replace('|', "\\|");
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("loss ") {
+        out += &rest[..at + 5];
+        rest = &rest[at + 5..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+            .unwrap_or(rest.len());
+        if end > 0 {
+            out.push('X');
+        }
+        rest = &rest[end..];
+    }
+    out + rest
 }
 
 #[test]

@@ -198,10 +198,8 @@ impl Bpe {
 
     /// Reads a `tokenizer.json`; it must have [`END_OF_TEXT`] and fit u16 ids.
     pub fn load(path: &Path) -> Result<Self> {
-        let json = std::fs::read_to_string(path).map_err(|e| DataError::io(path, e))?;
-        let tokenizer: Tokenizer = json
-            .parse()
-            .map_err(|e| DataError::format(path, format!("not a tokenizer.json: {e}")))?;
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let tokenizer: Tokenizer = crate::text::parse_tokenizer(&bytes, path)?;
         Self::checked(tokenizer).map_err(|problem| DataError::format(path, problem))
     }
 }

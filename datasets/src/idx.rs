@@ -44,14 +44,29 @@ pub fn read_idx(path: &Path) -> Result<Idx> {
     parse_idx(&bytes, path)
 }
 
+/// The most a gzip'd IDX file may inflate to.
+pub const MAX_INFLATED: u64 = 256 << 20;
+
 /// Parses IDX bytes (raw or gzip'd); `name` is used in error messages only.
 pub fn parse_idx(bytes: &[u8], name: &Path) -> Result<Idx> {
     let inflated;
     let bytes = if bytes.starts_with(&GZIP_MAGIC) {
         let mut out = Vec::new();
+        // A few kilobytes of gzip can claim gigabytes: inflate no further than any IDX file
+        // this reads needs (MNIST's largest is 47 MB).
         flate2::read::GzDecoder::new(bytes)
+            .take(MAX_INFLATED + 1)
             .read_to_end(&mut out)
             .map_err(|e| DataError::format(name, format!("gzip stream is damaged: {e}")))?;
+        if out.len() as u64 > MAX_INFLATED {
+            return Err(DataError::format(
+                name,
+                format!(
+                    "the gzip stream inflates to more than {} MB, more than an IDX file here holds",
+                    MAX_INFLATED >> 20
+                ),
+            ));
+        }
         inflated = out;
         &inflated[..]
     } else {
@@ -172,6 +187,24 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&raw).unwrap();
         assert_eq!(parse_idx(&gz.finish().unwrap(), name()).unwrap(), idx);
+    }
+
+    /// A gzip bomb (300 MB of zeros in a few hundred kilobytes) is refused once it passes the
+    /// cap, not inflated whole.
+    #[test]
+    fn a_gzip_stream_that_inflates_past_the_cap_is_refused() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+        assert!(
+            err(&bomb).contains("inflates to more than 256 MB"),
+            "{}",
+            err(&bomb)
+        );
     }
 
     #[test]

@@ -26,6 +26,18 @@ pub fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// A `tokenizer.json`'s bytes as HF tokenizers reads them. The JSON is checked first: tokenizers
+/// 0.22.2 panics (`expect("Helper")` in its decoder's deserializer) on a syntax error inside the
+/// `decoder` section, found by `cargo fuzz run char_tokenizer` (`src/fuzz-regressions/`). Any
+/// other panic inside the crate is caught and reported as this file's error too.
+pub fn parse_tokenizer(bytes: &[u8], path: &Path) -> Result<tokenizers::Tokenizer> {
+    let bad = |why: String| DataError::format(path, format!("not a tokenizer.json: {why}"));
+    serde_json::from_slice::<serde_json::Value>(bytes).map_err(|e| bad(e.to_string()))?;
+    std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes))
+        .map_err(|_| bad("the tokenizers crate failed on it".into()))?
+        .map_err(|e| bad(e.to_string()))
+}
+
 /// Where a character sits in a text, for messages.
 fn locate(text: &str, byte: usize) -> (usize, usize) {
     let before = &text[..byte];
@@ -162,8 +174,8 @@ impl CharTokenizer {
     /// Reads a `tokenizer.json` written by [`CharTokenizer::save`] (any tokenizer whose tokens are
     /// single characters with ids `0..n` works).
     pub fn load(path: &Path) -> Result<Self> {
-        let tok = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| DataError::format(path, format!("not a tokenizer.json: {e}")))?;
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let tok = parse_tokenizer(&bytes, path)?;
         let vocab = tok.get_vocab(false);
         let mut chars = vec![None; vocab.len()];
         for (token, id) in vocab {
@@ -245,6 +257,23 @@ pub const TINY_SHAKESPEARE_SHA256: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `cargo fuzz run char_tokenizer` and `bpe_tokenizer`: a syntax error inside the
+    /// `decoder` section made the tokenizers crate panic instead of returning its error.
+    #[test]
+    fn fuzz_regression_a_broken_decoder_section_is_an_error_not_a_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fuzz-regressions");
+        for name in [
+            "tokenizer-decoder-syntax-char.json",
+            "tokenizer-decoder-syntax-bpe.json",
+        ] {
+            let path = dir.join(name);
+            let e = CharTokenizer::load(&path).unwrap_err().to_string();
+            assert!(e.contains("not a tokenizer.json"), "{e}");
+            let e = crate::bpe::Bpe::load(&path).unwrap_err().to_string();
+            assert!(e.contains("not a tokenizer.json"), "{e}");
+        }
+    }
 
     const TEXT: &str = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. blåbær ✓\n";
 

@@ -31,7 +31,6 @@ use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
 use nervus_models::native;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -620,16 +619,19 @@ struct LmHook {
 }
 
 impl LmHook {
+    /// Adds `c` to `metrics.jsonl`. Rows at or after its step (written before a kill made this
+    /// epoch run again) and a torn last line are dropped, so the file reads as one run's.
     fn append_metrics(&self, c: &LmCheckpoint) -> Result<(), String> {
-        std::fs::create_dir_all(&self.opts.run_dir).map_err(|e| e.to_string())?;
         let path = self.opts.run_dir.join("metrics.jsonl");
-        let line = serde_json::to_string(c).map_err(|e| e.to_string())?;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        writeln!(f, "{line}").map_err(|e| format!("{}: {e}", path.display()))
+        let mut text: String = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| serde_json::from_str::<LmCheckpoint>(l).is_ok_and(|r| r.step < c.step))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text += &serde_json::to_string(c).map_err(|e| e.to_string())?;
+        text.push('\n');
+        crate::run::write_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())
     }
 }
 

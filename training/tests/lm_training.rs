@@ -189,6 +189,24 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
         })
         .collect();
     assert_eq!(logged, vec![2, 4, 6]);
+
+    // A kill after step 6's row was written but before its checkpoint was whole: the epoch is
+    // trained again, and its row replaces the first one instead of following it.
+    let ckpt = parts_dir.join("train/checkpoint");
+    std::fs::remove_file(ckpt.join("optim-3.mpk")).unwrap();
+    let mut third = options(&parts_dir, 6, 2);
+    third.resume = true;
+    train(&third, &corpus, fresh(&third.model), Reporter::silent()).unwrap();
+    let log = std::fs::read_to_string(parts_dir.join("train/metrics.jsonl")).unwrap();
+    let again: Vec<usize> = log
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap() as usize
+        })
+        .collect();
+    assert_eq!(again, vec![2, 4, 6], "{log}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
