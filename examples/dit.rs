@@ -155,7 +155,6 @@ fn run() -> Result<()> {
             args.batch,
             args.parts,
             args.lr,
-            nervus_training::schedule::warmup_steps(args.warmup, args.steps),
             args.decay_to,
             (args.clip > 0.0).then_some(args.clip),
             args.weight_decay,

@@ -74,14 +74,14 @@ pub fn parts(parts: usize, batch: usize) -> Result<(), BadValue> {
 }
 
 /// What the shared training numbers must be: steps, batch and parts, the schedule, clipping,
-/// weight decay and the distance between evaluations. (`warmup` is a count: any is usable.)
+/// weight decay and the distance between evaluations. (Any warm-up is usable: one longer than the
+/// run never reaches the peak rate.)
 #[allow(clippy::too_many_arguments)]
 pub fn schedule(
     steps: usize,
     batch: usize,
     parts_: usize,
     lr: f64,
-    warmup: usize,
     decay_to: f64,
     clip: Option<f64>,
     weight_decay: f64,
@@ -91,8 +91,6 @@ pub fn schedule(
     at_least_one("--batch", batch)?;
     parts(parts_, batch)?;
     positive("--lr", lr)?;
-    // A warm-up longer than the run is allowed: the rate then never reaches its peak.
-    let _ = warmup;
     share("--decay-to", decay_to)?;
     if let Some(c) = clip {
         positive("--clip", c)?;
@@ -110,7 +108,6 @@ pub fn diffusion(
     batch: usize,
     parts_: usize,
     lr: f64,
-    warmup: usize,
     decay_to: f64,
     clip: Option<f64>,
     weight_decay: f64,
@@ -124,7 +121,6 @@ pub fn diffusion(
         batch,
         parts_,
         lr,
-        warmup,
         decay_to,
         clip,
         weight_decay,
@@ -174,16 +170,15 @@ mod tests {
 
     #[test]
     fn the_schedule_names_the_first_bad_value() {
-        let ok = schedule(10, 4, 2, 0.1, 1, 0.1, Some(1.0), 0.1, 5);
+        let ok = schedule(10, 4, 2, 0.1, 0.1, Some(1.0), 0.1, 5);
         assert!(ok.is_ok());
-        let e = schedule(10, 0, 1, 0.1, 1, 0.1, None, 0.1, 5).unwrap_err();
+        let e = schedule(10, 0, 1, 0.1, 0.1, None, 0.1, 5).unwrap_err();
         assert_eq!(e.flag, "--batch");
-        let e = schedule(10, 4, 1, 0.1, 1, -2.0, None, 0.1, 5).unwrap_err();
+        let e = schedule(10, 4, 1, 0.1, -2.0, None, 0.1, 5).unwrap_err();
         assert_eq!(e.flag, "--decay-to");
-        assert!(schedule(10, 4, 1, 0.1, 11, 0.1, None, 0.1, 5).is_ok());
-        let e = schedule(10, 4, 1, 0.1, 1, 0.1, Some(f64::NAN), 0.1, 5).unwrap_err();
+        let e = schedule(10, 4, 1, 0.1, 0.1, Some(f64::NAN), 0.1, 5).unwrap_err();
         assert_eq!(e.flag, "--clip");
-        let e = schedule(10, 4, 1, 0.1, 1, 0.1, None, 0.1, 0).unwrap_err();
+        let e = schedule(10, 4, 1, 0.1, 0.1, None, 0.1, 0).unwrap_err();
         assert_eq!(e.flag, "--eval-every");
     }
 

@@ -521,7 +521,6 @@ impl DitOptions {
             self.batch,
             self.parts,
             self.lr,
-            self.warmup,
             self.decay_to,
             self.clip,
             self.weight_decay,

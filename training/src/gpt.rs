@@ -459,7 +459,6 @@ pub fn train_with<B: AutodiffBackend>(
         opts.batch,
         opts.parts,
         opts.lr,
-        opts.warmup,
         opts.decay_to,
         opts.clip,
         opts.weight_decay,

@@ -725,7 +725,6 @@ pub fn train<B: AutodiffBackend>(
         opts.batch,
         1,
         opts.lr,
-        opts.warmup,
         opts.decay_to,
         opts.clip,
         0.0,

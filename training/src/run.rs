@@ -198,14 +198,6 @@ pub fn checkpoints(dir: &Path) -> Checkpoints {
     }
 }
 
-/// The newest epoch with a complete resume checkpoint (model, optimizer and scheduler) in `dir`.
-pub fn latest_checkpoint(dir: &Path) -> Option<usize> {
-    match checkpoints(dir) {
-        Checkpoints::Complete(e) => Some(e),
-        _ => None,
-    }
-}
-
 /// What a resumed run must share with the run it continues: `settings` (a run's `training.json`)
 /// less what may change between sessions (the backend, the threads a batch is cut across), and
 /// the model's configuration under `model`.

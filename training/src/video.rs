@@ -1374,7 +1374,6 @@ pub fn train<B: AutodiffBackend>(
         opts.batch,
         opts.parts,
         opts.lr,
-        opts.warmup,
         opts.decay_to,
         opts.clip,
         opts.weight_decay,

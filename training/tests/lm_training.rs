@@ -110,6 +110,19 @@ fn params(model: &Gpt<I>) -> Vec<(String, Vec<f32>)> {
         .collect()
 }
 
+/// The `step` of every row of a `metrics.jsonl`.
+fn logged_steps(path: &Path) -> Vec<usize> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap() as usize
+        })
+        .collect()
+}
+
 #[test]
 fn a_run_stopped_and_resumed_is_the_run_that_never_stopped() {
     stop_and_resume("resume-adamw", OptimizerSpec::adamw(0.1));
@@ -179,16 +192,8 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
     assert_eq!(params(&whole_model), params(&resumed_model));
 
     // The metrics log was appended to across the two processes, never replaced.
-    let log = std::fs::read_to_string(parts_dir.join("train/metrics.jsonl")).unwrap();
-    let logged: Vec<usize> = log
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
-                .as_u64()
-                .unwrap() as usize
-        })
-        .collect();
-    assert_eq!(logged, vec![2, 4, 6]);
+    let metrics = parts_dir.join("train/metrics.jsonl");
+    assert_eq!(logged_steps(&metrics), vec![2, 4, 6]);
 
     // A kill after step 6's row was written but before its checkpoint was whole: the epoch is
     // trained again, and its row replaces the first one instead of following it.
@@ -197,16 +202,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
     let mut third = options(&parts_dir, 6, 2);
     third.resume = true;
     train(&third, &corpus, fresh(&third.model), Reporter::silent()).unwrap();
-    let log = std::fs::read_to_string(parts_dir.join("train/metrics.jsonl")).unwrap();
-    let again: Vec<usize> = log
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
-                .as_u64()
-                .unwrap() as usize
-        })
-        .collect();
-    assert_eq!(again, vec![2, 4, 6], "{log}");
+    assert_eq!(logged_steps(&metrics), vec![2, 4, 6]);
     let _ = std::fs::remove_dir_all(dir);
 }
 
