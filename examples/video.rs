@@ -15,6 +15,9 @@ use burn::tensor::backend::Backend;
 use clap::Parser;
 use nervus_datasets::moving::{self, Clips};
 use nervus_datasets::{cache, mnist};
+use nervus_inference::video::{
+    ClipGuidance, SHOWCASE, draw, draw_best_of, real_clips, redraw, write_clips,
+};
 use nervus_models::mlp::Mlp;
 use nervus_models::video_dit::{Attention, VideoDitConfig};
 use nervus_models::video_pipeline;
@@ -22,10 +25,9 @@ use nervus_training::backend;
 use nervus_training::checkpoint::{average_checkpoints, replace_dir};
 use nervus_training::dit::{DrawSettings, TimeSampling};
 use nervus_training::report::{Reporter, Ui, duration};
-use nervus_training::video::{
-    ClipGuidance, JudgeOptions, PanelVerdict, SHOWCASE, VideoOptions, draw, draw_best_of,
-    judge_frames, load_judges, real_clips, redraw, train, train_judges, write_clips,
-};
+use nervus_training::video::judge::{JudgeOptions, judge_frames, load_judges, train_judges};
+use nervus_training::video::verdict::PanelVerdict;
+use nervus_training::video::{VideoOptions, train};
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 //! --example backend_check` runs it against the CPU.
 
 use crate::optim::{OptimizerSpec, global_grad_norm};
-use crate::video::ClipSource;
+use crate::video::clips::ClipSource;
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::prelude::*;
