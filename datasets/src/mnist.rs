@@ -144,6 +144,21 @@ impl Mnist {
         }
     }
 
+    /// The digits a run asks for: the full set from `dir` (fetched into it from [`MIRRORS`] and
+    /// verified first when `download`), or without either the vendored subset. `dir` defaults
+    /// to [`full_dir`] of the cache when downloading.
+    pub fn load(download: bool, dir: Option<&Path>) -> Result<Self> {
+        let default = full_dir(&crate::cache::data_dir());
+        let full = dir.unwrap_or(&default);
+        if download {
+            let client = crate::download::client()?;
+            self::download(&client, full, &MIRRORS, &mut |_, _, _| {})?;
+        } else if dir.is_none() {
+            return Ok(Self::vendored());
+        }
+        Self::from_dir(full)
+    }
+
     /// Reads the four files from `dir`, gzip'd (the published names) or not (the names without
     /// `.gz`).
     pub fn from_dir(dir: &Path) -> Result<Self> {

@@ -1,7 +1,7 @@
 //! How to draw from a flow-matching model (Euler steps, classifier-free guidance, its interval
 //! and time shift), the settings a run saves beside its model and every sampler shares.
 
-use crate::flow::{Churn, Guide, sample, sample_guided_churned};
+use crate::flow::{Guide, sample, sample_guided_from};
 use burn::prelude::*;
 use nervus_models::flow::Velocity;
 use serde::{Deserialize, Serialize};
@@ -84,59 +84,40 @@ impl DrawSettings {
     }
 
     /// [`Self::draw_pixels`] with more corrections than classifier-free guidance at
-    /// `self.guidance` ([`Guide`]; none: the same arithmetic as `draw_pixels`).
+    /// `self.guidance` ([`Guide`]; none: the same arithmetic as `draw_pixels`), through
+    /// [`sample_guided_from`] where there are any or a guidance interval. Shapes: `x1 [B, ..]` →
+    /// `B·(the rest)` values.
     pub fn draw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
         &self,
         model: &M,
-        more: Vec<Guide<'_, B, M, D>>,
+        more: Vec<Guide<B>>,
         x1: Tensor<B, D>,
         labels: Tensor<B, 2, Int>,
     ) -> Vec<f32> {
         if more.is_empty() && self.guidance_below >= 1.0 {
             let drawn = sample(model, x1, labels, self.steps, self.guidance, self.shift);
-            drawn.into_data().iter::<f32>().map(to_unit).collect()
-        } else {
-            self.redraw_pixels_guided(model, more, x1, 1.0, labels, None)
+            return drawn.into_data().iter::<f32>().map(to_unit).collect();
         }
-    }
-
-    /// [`Self::draw_pixels_guided`] from `xt`, drawings at noise level `start` in (0, 1] (real
-    /// samples noised that far, say), in `ceil(steps · start)` steps (at least one; at shift 1,
-    /// the steps of the whole walk that lie below `start`), always through
-    /// [`sample_guided_churned`], as a stochastic walk if given a [`Churn`]; `start = 1` without
-    /// one is `draw_pixels_guided` with at least one guide. Shapes: `xt [B, ..]` → `B·(the rest)`
-    /// values.
-    pub fn redraw_pixels_guided<B: Backend, const D: usize, M: Velocity<B, D>>(
-        &self,
-        model: &M,
-        more: Vec<Guide<'_, B, M, D>>,
-        xt: Tensor<B, D>,
-        start: f64,
-        labels: Tensor<B, 2, Int>,
-        churn: Option<Churn<'_, B, D>>,
-    ) -> Vec<f32> {
         let mut guides = vec![Guide::Unlabelled {
             weight: self.guidance,
         }];
         guides.extend(more);
-        let steps = ((self.steps as f64 * start).ceil() as usize).max(1);
         // Above the interval every push is this share of its own (guidance 1 pushes nowhere).
         let outside = if self.guidance != 1.0 {
             (self.guidance_above - 1.0) / (self.guidance - 1.0)
         } else {
             0.0
         };
-        let drawn = sample_guided_churned(
+        let drawn = sample_guided_from(
             model,
-            xt,
-            start,
+            x1,
+            1.0,
             labels,
             &guides,
-            steps,
+            self.steps,
             self.shift,
             self.guidance_below,
             outside,
-            churn,
         );
         drawn.into_data().iter::<f32>().map(to_unit).collect()
     }

@@ -1,11 +1,10 @@
 //! Drawing clips from a video DiT: two digits moving apart, drawn for a pair of labels from fixed
-//! noise sets, with the extra pushes the video model's drawing can take ([`ClipGuidance`]), the
+//! noise sets ([`draw`]), optionally pushed away from the pair's doubles ([`doubles_guides`]), the
 //! model's own check of a drawing ([`self_check`]) and the best of several candidates by it
-//! ([`draw_best_of`]), real clips drawn back from part way ([`redraw`]), and sheets and GIFs of
-//! the results.
+//! ([`draw_best_of`]), the model's one-step guesses, and sheets and GIFs of the results.
 
 use crate::drawing::DrawSettings;
-use crate::flow::{Churn, Guide};
+use crate::flow::Guide;
 use crate::render::{clips_gif, grid_png};
 use burn::prelude::*;
 use nervus_datasets::moving::{Clip, Clips, FRAME, FRAMES};
@@ -15,8 +14,6 @@ use nervus_models::video_dit::VideoDit;
 use std::path::Path;
 
 const DRAW_SEED: u64 = 0x6E1F;
-/// Seed of the fresh noise a stochastic walk takes in ([`churn_noise`]).
-const CHURN_SEED: u64 = 0xC8A2;
 /// Seed of [`guesses`]' noise (and of the choice of clips a training run shows them for).
 pub const GUESS_SEED: u64 = 0x6E55;
 
@@ -72,28 +69,18 @@ fn candidate_noise(set: u64, candidate: u64, k: usize) -> Vec<f32> {
     (0..CLIP).map(|_| rng.normal() as f32).collect()
 }
 
-/// The fresh noise clip `k` of noise set `set` (as candidate `candidate`) takes in at step `step`
-/// of a stochastic walk ([`ClipGuidance::churn`]): independent of [`draw_noise`] and of every other
-/// step's.
-fn churn_noise(set: u64, candidate: u64, k: usize, step: usize) -> Vec<f32> {
-    let mut rng = Rng::stream(
-        CHURN_SEED ^ set.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        (candidate << 48) | ((step as u64) << 32) | k as u64,
-    );
-    (0..CLIP).map(|_| rng.normal() as f32).collect()
-}
-
 /// Draws one clip for each pair, clip `k` from [`draw_noise`]`(set, k)`, in chunks of `chunk`
-/// clips; pixels in 0..1.
+/// clips, pushed away from each pair's doubles with weight `doubles` (1: not at all;
+/// [`doubles_guides`]); pixels in 0..1.
 pub fn draw<B: Backend>(
     model: &VideoDit<B>,
     pairs: &[(u8, u8)],
     settings: DrawSettings,
-    more: &ClipGuidance<'_, B>,
+    doubles: f64,
     set: u64,
     chunk: usize,
 ) -> Vec<Vec<f32>> {
-    walk_clips(model, pairs, None, settings, more, (set, 0), chunk)
+    walk_clips(model, pairs, settings, doubles, (set, 0), chunk)
 }
 
 /// Noise levels at which [`self_check`] compares a clip's fit to the labels asked for with its fit
@@ -204,7 +191,7 @@ pub fn draw_best_of<B: Backend>(
     model: &VideoDit<B>,
     pairs: &[(u8, u8)],
     settings: DrawSettings,
-    more: &ClipGuidance<'_, B>,
+    doubles: f64,
     set: u64,
     chunk: usize,
     candidates: usize,
@@ -212,7 +199,7 @@ pub fn draw_best_of<B: Backend>(
     let mut all = Vec::new();
     let mut scores = Vec::new();
     for j in 0..candidates.max(1) {
-        let drawn = walk_clips(model, pairs, None, settings, more, (set, j as u64), chunk);
+        let drawn = walk_clips(model, pairs, settings, doubles, (set, j as u64), chunk);
         scores.push(self_check(model, &drawn, pairs, chunk));
         all.push(drawn);
     }
@@ -247,37 +234,12 @@ fn choose(scores: &[Vec<f64>]) -> Vec<usize> {
         .collect()
 }
 
-/// Real clips noised to level `start` in (0, 1] with [`draw_noise`]`(set, k)` and drawn back from
-/// there ([`DrawSettings::redraw_pixels_guided`]), each asked for its own two digits: how much
-/// of a real clip's layout (which digit went where) the drawing keeps; pixels in 0..1.
-pub fn redraw<B: Backend>(
-    model: &VideoDit<B>,
-    real: &[Clip],
-    start: f64,
-    settings: DrawSettings,
-    more: &ClipGuidance<'_, B>,
-    set: u64,
-    chunk: usize,
-) -> Vec<Vec<f32>> {
-    let pairs: Vec<(u8, u8)> = real.iter().map(|c| (c.digits[0], c.digits[1])).collect();
-    walk_clips(
-        model,
-        &pairs,
-        Some((real, start)),
-        settings,
-        more,
-        (set, 0),
-        chunk,
-    )
-}
-
-/// [`draw`] from noise, or with `from = Some((real, start))` [`redraw`] (`real[k]` is pair k's).
+/// [`draw`] as candidate `candidate` of a [`draw_best_of`] (candidate 0: the plain draw).
 fn walk_clips<B: Backend>(
     model: &VideoDit<B>,
     pairs: &[(u8, u8)],
-    from: Option<(&[Clip], f64)>,
     settings: DrawSettings,
-    more: &ClipGuidance<'_, B>,
+    doubles: f64,
     (set, candidate): (u64, u64),
     chunk: usize,
 ) -> Vec<Vec<f32>> {
@@ -295,104 +257,41 @@ fn walk_clips<B: Backend>(
             .collect();
         let x1 = Tensor::<B, 5>::from_data(TensorData::new(x1, clip_shape(n)), &device);
         let labels = Tensor::<B, 2, Int>::from_data(TensorData::new(labels, [n, 2]), &device);
-        let guides = more.guides(part, settings.guidance, &device);
-        let first = c * chunk;
-        let px = match (from, more.churn > 0.0) {
-            (None, false) => settings.draw_pixels_guided(model, guides, x1, labels),
-            (from, churned) => {
-                let (xt, start) = match from {
-                    None => (x1, 1.0),
-                    Some((real, start)) => {
-                        let x0 = model_clips::<B>(&real[first..first + n], &device);
-                        (noised(x0, x1, Tensor::full([n], start, &device)).0, start)
-                    }
-                };
-                let mut fresh = |step: usize| {
-                    let z: Vec<f32> = (first..first + n)
-                        .flat_map(|k| churn_noise(set, candidate, k, step))
-                        .collect();
-                    Tensor::<B, 5>::from_data(TensorData::new(z, clip_shape(n)), &device)
-                };
-                let churn = churned.then_some(Churn {
-                    eta: more.churn,
-                    fresh: &mut fresh,
-                });
-                settings.redraw_pixels_guided(model, guides, xt, start, labels, churn)
-            }
-        };
+        let guides = doubles_guides(part, doubles, &device);
+        let px = settings.draw_pixels_guided(model, guides, x1, labels);
         out.extend(px.chunks(CLIP).map(|c| c.to_vec()));
     }
     out
 }
 
-/// Corrections beyond classifier-free guidance when drawing clips ([`Guide`]), and how stochastic
-/// the walk is ([`Churn`]); the default adds none and walks deterministically.
-pub struct ClipGuidance<'a, B: Backend> {
-    /// Weight of the push away from what the model draws when asked for each digit of the pair
-    /// twice, `(a, a)` and `(b, b)`: the failure where both places draw one of the two digits
-    /// (1: off; for a pair of equal digits the push is zero).
-    pub doubles: f64,
-    /// A weaker model and the weight of the push away from its answer (autoguidance).
-    pub weaker: Option<(&'a VideoDit<B>, f64)>,
-    /// Classifier-free guidance in the frames before [`JUDGED`] (0 and 1, where the two digits
-    /// are still one shape), in place of the drawing's own guidance there (none: the same
-    /// guidance in every frame).
-    pub overlap: Option<f64>,
-    /// The share of the noise every step re-draws ([`Churn`]'s `η`, in 0..=1; 0: the plain,
-    /// deterministic walk). The fresh noise of clip `k`'s step depends on the noise set, the
-    /// candidate, `k` and the step alone (`churn_noise`), so a drawing is the same in any chunks.
-    pub churn: f64,
-}
-
-impl<B: Backend> Default for ClipGuidance<'_, B> {
-    fn default() -> Self {
-        Self {
-            doubles: 1.0,
-            weaker: None,
-            overlap: None,
-            churn: 0.0,
-        }
+/// The push away from what the model draws when asked for each digit of the pair twice, `(a, a)`
+/// and `(b, b)`: the drawing's commonest failure, both places drawing one of the two digits. Two
+/// label guides of weight `doubles` (for a pair of equal digits they push nowhere), or none at
+/// weight 1.
+pub fn doubles_guides<B: Backend>(
+    pairs: &[(u8, u8)],
+    doubles: f64,
+    device: &B::Device,
+) -> Vec<Guide<B>> {
+    if doubles == 1.0 {
+        return Vec::new();
     }
-}
-
-impl<'a, B: Backend> ClipGuidance<'a, B> {
-    /// The guides for drawing `pairs` beside classifier-free guidance at `guidance`.
-    pub fn guides(
-        &self,
-        pairs: &[(u8, u8)],
-        guidance: f64,
-        device: &B::Device,
-    ) -> Vec<Guide<'a, B, VideoDit<B>, 5>> {
-        let mut out = Vec::new();
-        if let Some(g0) = self.overlap.filter(|&g0| g0 != guidance) {
-            let mask: Vec<f32> = (0..FRAMES)
-                .map(|f| if f < JUDGED.start { 1.0 } else { 0.0 })
+    [true, false]
+        .into_iter()
+        .map(|first| {
+            let labels: Vec<i64> = pairs
+                .iter()
+                .flat_map(|&(a, b)| {
+                    let d = if first { a } else { b } as i64;
+                    [d, d]
+                })
                 .collect();
-            out.push(Guide::UnlabelledWhere {
-                mask: Tensor::from_data(TensorData::new(mask, [1, FRAMES, 1, 1, 1]), device),
-                weight: 1.0 + g0 - guidance,
-            });
-        }
-        if self.doubles != 1.0 {
-            for first in [true, false] {
-                let labels: Vec<i64> = pairs
-                    .iter()
-                    .flat_map(|&(a, b)| {
-                        let d = if first { a } else { b } as i64;
-                        [d, d]
-                    })
-                    .collect();
-                out.push(Guide::Labels {
-                    labels: Tensor::from_data(TensorData::new(labels, [pairs.len(), 2]), device),
-                    weight: self.doubles,
-                });
+            Guide::Labels {
+                labels: Tensor::from_data(TensorData::new(labels, [pairs.len(), 2]), device),
+                weight: doubles,
             }
-        }
-        if let Some((model, weight)) = self.weaker {
-            out.push(Guide::Weaker { model, weight });
-        }
-        out
-    }
+        })
+        .collect()
 }
 
 /// Real clips as the model sees them (pixels in its range). Shapes: `n` clips → `[n, FRAMES, 1,
@@ -484,20 +383,12 @@ mod tests {
     }
 
     /// The doubles guides ask for each digit of every pair twice, first digits then second, and
-    /// weight 1 (the default) and no weaker model add no guide at all.
+    /// weight 1 (the default) adds no guide at all.
     #[test]
     fn the_doubles_ask_for_each_digit_of_the_pair_twice() {
         let device = Default::default();
-        assert!(
-            ClipGuidance::<Cpu>::default()
-                .guides(&[(3, 7)], 5.0, &device)
-                .is_empty()
-        );
-        let more = ClipGuidance::<Cpu> {
-            doubles: 2.5,
-            ..ClipGuidance::default()
-        };
-        let guides = more.guides(&[(3, 7), (1, 1), (0, 9)], 5.0, &device);
+        assert!(doubles_guides::<Cpu>(&[(3, 7)], 1.0, &device).is_empty());
+        let guides = doubles_guides::<Cpu>(&[(3, 7), (1, 1), (0, 9)], 2.5, &device);
         let asked: Vec<(Vec<i64>, f64)> = guides
             .into_iter()
             .map(|g| match g {
@@ -512,77 +403,6 @@ mod tests {
             asked,
             vec![(vec![3, 3, 1, 1, 0, 0], 2.5), (vec![7, 7, 1, 1, 9, 9], 2.5)]
         );
-    }
-
-    /// Guidance in the overlapped frames is one masked unlabelled push: 1 in frames 0 and 1, 0 in
-    /// the judged ones, weighted so that those frames are guided at their own strength; asking
-    /// for the drawing's own guidance there adds nothing.
-    #[test]
-    fn overlap_guidance_masks_the_frames_before_the_judged_ones() {
-        let device = Default::default();
-        let at = |g0| ClipGuidance::<Cpu> {
-            overlap: Some(g0),
-            ..Default::default()
-        };
-        assert!(at(5.0).guides(&[(3, 7)], 5.0, &device).is_empty());
-        let guides = at(1.5).guides(&[(3, 7), (0, 9)], 5.0, &device);
-        assert_eq!(guides.len(), 1);
-        match &guides[0] {
-            Guide::UnlabelledWhere { mask, weight } => {
-                assert_eq!(mask.dims(), [1, FRAMES, 1, 1, 1]);
-                let m: Vec<f32> = mask.clone().into_data().iter::<f32>().collect();
-                assert_eq!(m, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
-                assert_eq!(*weight, 1.0 + 1.5 - 5.0);
-            }
-            _ => panic!("overlap guidance is a masked unlabelled push"),
-        }
-    }
-
-    /// Redrawing real clips from a low noise level gives each clip back (in its own place in the
-    /// order, across chunks), and from level 1 it is drawing from the same noise.
-    #[test]
-    fn a_redraw_keeps_its_real_clips_and_from_one_is_a_draw() {
-        use nervus_models::video_dit::VideoDitConfig;
-        let data = Mnist::vendored();
-        let test = Clips::new(&data.test);
-        let pairs = [(3, 7), (0, 1), (5, 5)];
-        let real = real_clips(&test, &pairs);
-        let device = Default::default();
-        let model = VideoDitConfig::new()
-            .with_num_layers(1)
-            .with_num_attention_heads(1)
-            .with_attention_head_dim(8)
-            .init::<Cpu>(&device);
-        let settings = DrawSettings {
-            steps: 20,
-            guidance: 3.0,
-            shift: 1.0,
-            guidance_below: 1.0,
-            guidance_above: 1.0,
-        };
-        let none = ClipGuidance::default();
-        let mad = |a: &[f32], b: &[f32]| -> f32 {
-            a.iter().zip(b).map(|(p, q)| (p - q).abs()).sum::<f32>() / a.len() as f32
-        };
-        let near = redraw(&model, &real, 0.02, settings, &none, 4, 2);
-        assert_eq!(near.len(), 3);
-        for (k, got) in near.iter().enumerate() {
-            let own = mad(got, &real[k].pixels);
-            assert!(own < 0.05, "clip {k}: {own} from its real clip");
-            for (j, other) in real.iter().enumerate() {
-                if j != k {
-                    let d = mad(got, &other.pixels);
-                    assert!(own < d, "clip {k}: {own} from its own, {d} from clip {j}");
-                }
-            }
-        }
-        let from_one = redraw(&model, &real, 1.0, settings, &none, 4, 2);
-        let drawn = draw(&model, &pairs, settings, &none, 4, 2);
-        for (a, b) in from_one.iter().zip(&drawn) {
-            let d = mad(a, b);
-            assert!(d < 1e-5, "from level 1 differs from a draw by {d}");
-        }
-        assert!(mad(&from_one[0], &real[0].pixels) > 0.1);
     }
 
     /// A one-block model whose weights are scrambled: a fresh model's conditioning starts at
@@ -679,12 +499,11 @@ mod tests {
         let pairs = [(3, 7), (0, 1), (5, 5)];
         let model = tiny_with_labels();
         let settings = four_steps();
-        let none = ClipGuidance::default();
-        let best = draw_best_of(&model, &pairs, settings, &none, 4, 2, 3);
+        let best = draw_best_of(&model, &pairs, settings, 1.0, 4, 2, 3);
         assert_eq!(best.candidates.len(), 3);
         assert_eq!(
             best.candidates[0],
-            draw(&model, &pairs, settings, &none, 4, 2)
+            draw(&model, &pairs, settings, 1.0, 4, 2)
         );
         for j in 1..3 {
             for k in 0..pairs.len() {
@@ -715,31 +534,38 @@ mod tests {
         }
     }
 
-    /// A churned drawing takes its fresh noise by clip and step, not by chunk: the same clips in
-    /// chunks of 1 or 3; it is not the plain drawing, and another noise set gives other clips.
+    /// A drawing takes clip `k`'s noise by its place, not by chunk: the same clips in chunks of 1
+    /// or 3, plainly and pushed from the doubles; the push changes the clips, and another noise
+    /// set gives other clips.
     #[test]
-    fn a_churned_drawing_is_the_same_in_any_chunks() {
+    fn a_drawing_is_the_same_in_any_chunks() {
         let pairs = [(3, 7), (0, 1), (5, 5)];
         let model = tiny_with_labels();
         let settings = four_steps();
-        let churned = ClipGuidance {
-            churn: 0.6,
-            ..ClipGuidance::default()
-        };
-        let whole = draw(&model, &pairs, settings, &churned, 4, 3);
-        let single = draw(&model, &pairs, settings, &churned, 4, 1);
-        let plain = draw(&model, &pairs, settings, &ClipGuidance::default(), 4, 3);
-        let other = draw(&model, &pairs, settings, &churned, 5, 3);
         let mad = |a: &[f32], b: &[f32]| -> f32 {
             a.iter().zip(b).map(|(p, q)| (p - q).abs()).sum::<f32>() / a.len() as f32
         };
-        for k in 0..pairs.len() {
-            let d = mad(&whole[k], &single[k]);
-            assert!(d < 1e-6, "clip {k}: chunks of 3 and 1 differ by {d}");
-            let d = mad(&whole[k], &plain[k]);
-            assert!(d > 1e-3, "clip {k}: churned and plain differ by only {d}");
-            let d = mad(&whole[k], &other[k]);
-            assert!(d > 1e-3, "clip {k}: noise sets 4 and 5 differ by only {d}");
+        for doubles in [1.0, 3.0] {
+            let whole = draw(&model, &pairs, settings, doubles, 4, 3);
+            let single = draw(&model, &pairs, settings, doubles, 4, 1);
+            let other = draw(&model, &pairs, settings, doubles, 5, 3);
+            for k in 0..pairs.len() {
+                let d = mad(&whole[k], &single[k]);
+                assert!(d < 1e-6, "clip {k}: chunks of 3 and 1 differ by {d}");
+                let d = mad(&whole[k], &other[k]);
+                assert!(d > 1e-3, "clip {k}: noise sets 4 and 5 differ by only {d}");
+            }
         }
+        let plain = draw(&model, &pairs, settings, 1.0, 4, 3);
+        let pushed = draw(&model, &pairs, settings, 3.0, 4, 3);
+        // A pair of equal digits has no double to push from: only the others change.
+        for k in 0..2 {
+            let d = mad(&plain[k], &pushed[k]);
+            assert!(d > 1e-4, "clip {k}: the push changed it by only {d}");
+        }
+        assert!(
+            mad(&plain[2], &pushed[2]) < 1e-6,
+            "(5, 5) pushed from itself"
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod loader;
 pub mod mnist;
 pub mod muon;
 pub mod optim;
+pub mod options;
 pub mod renderer;
 pub mod report;
 pub mod run;

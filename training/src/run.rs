@@ -37,6 +37,14 @@ pub enum TrainError {
     BadValue(#[from] crate::checks::BadValue),
     #[error(transparent)]
     Config(#[from] nervus_models::gpt::ConfigError),
+    #[error(transparent)]
+    Draw(#[from] nervus_inference::drawing::DrawSettingsError),
+    /// Something the run reads could not be used: a saved model, a judge, data.
+    #[error("{what}: {source}")]
+    Read {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A checkpoint could not be written (a full disk, a directory that went away): the run
     /// stopped there; what was saved before is unchanged.
     #[error("training stopped: a checkpoint could not be written: {0}")]
@@ -48,6 +56,20 @@ pub enum TrainError {
          stopped; the best model and the last checkpoint saved so far are unchanged"
     )]
     Diverged { step: usize, train: f64, valid: f64 },
+}
+
+impl TrainError {
+    /// A [`TrainError::Read`] of `what` (a file or directory named in it) that failed with
+    /// `source`.
+    pub fn read(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Read {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// How to run.

@@ -9,6 +9,7 @@ use nervus_models::mlp::MlpConfig;
 use nervus_models::named;
 use nervus_models::video_dit::{VideoDit, VideoDitConfig};
 use nervus_training::dit::{DrawSettings, TimeSampling};
+use nervus_training::options::RunOptions;
 use nervus_training::report::Reporter;
 use nervus_training::video::{VideoOptions, train};
 use std::path::{Path, PathBuf};
@@ -46,16 +47,14 @@ fn fresh(seed: u64) -> VideoDit<B> {
 
 fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
     VideoOptions {
-        steps,
-        batch: 2,
-        parts: 1,
-        lr,
-        warmup: 0,
-        decay_to: 0.1,
-        clip: Some(1.0),
-        weight_decay: 0.0,
-        seed: 5,
-        eval_every: every,
+        run: RunOptions {
+            decay_to: 0.1,
+            clip: Some(1.0),
+            seed: 5,
+            eval_every: every,
+            save: Some(dir.join("model")),
+            ..RunOptions::new(steps, 2, lr, dir.join("train"))
+        },
         eval_clips: 2,
         label_dropout: 0.1,
         time: TimeSampling::Uniform,
@@ -68,14 +67,8 @@ fn options(dir: &Path, steps: usize, every: usize, lr: f64) -> VideoOptions {
             guidance_above: 1.0,
         },
         judge_every: false,
-        save: Some(dir.join("model")),
         out: dir.to_path_buf(),
-        run_dir: dir.join("train"),
-        resume: false,
-        stop_after: None,
         data_name: "test".into(),
-        continued_from: None,
-        overwrite: false,
     }
 }
 
@@ -136,7 +129,7 @@ fn a_tiny_video_model_learns_and_saves_its_best() {
 /// the test also says that a threaded run is reproducible to the bit.
 fn threaded(dir: &Path) -> VideoOptions {
     let mut o = options(dir, 4, 2, 1e-3);
-    o.parts = 2;
+    o.run.parts = 2;
     o
 }
 
@@ -158,7 +151,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
 
     let parts = dir.join("parts");
     let mut first = threaded(&parts);
-    first.stop_after = Some(2);
+    first.run.stop_after = Some(2);
     let (stopped, _) = train(
         &first,
         train_clips.clone(),
@@ -174,7 +167,7 @@ fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
         "stopped at its first evaluation"
     );
     let mut second = threaded(&parts);
-    second.resume = true;
+    second.run.resume = true;
     // Another starting model: the resume must replace it with the checkpoint's.
     let (resumed, resumed_model) = train(
         &second,

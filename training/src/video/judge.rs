@@ -2,9 +2,10 @@
 //! or as a panel of judges alike but for their seeds, and how well it reads real clips frame by
 //! frame.
 
+use crate::checks::{BadValue, at_least_one};
 use crate::mnist::MnistOptions;
 use crate::optim::OptimizerSpec;
-use crate::report::Reporter;
+use crate::report::{Reporter, duration};
 use crate::run::TrainError;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -208,6 +209,129 @@ pub fn load_judges<B: Backend>(
         .iter()
         .map(|(_, path)| Mlp::load(path, device))
         .collect()
+}
+
+/// The judge flags of the video examples.
+#[derive(clap::Args, Clone, Debug)]
+pub struct JudgeArgs {
+    /// A saved judge or panel (a run saves its panel in <out>/judge; default: train the panel
+    /// first, about 15 s a judge).
+    #[arg(long)]
+    pub judge: Option<PathBuf>,
+    /// Judges in the panel, alike but for their seeds (1, 2, …): every count is given for each.
+    #[arg(long, default_value_t = 3)]
+    pub judges: usize,
+    /// Real training clips each trained judge's windows are cut from (16 windows a clip; the
+    /// --judge-* flags shape judges trained here, not those --judge loads).
+    #[arg(long, default_value_t = JudgeOptions::default().clips)]
+    pub judge_clips: usize,
+    /// Epochs each judge trains for (the best by test loss is kept).
+    #[arg(long, default_value_t = JudgeOptions::default().epochs)]
+    pub judge_epochs: usize,
+    /// Hidden units of each judge's MLP.
+    #[arg(long, default_value_t = JudgeOptions::default().hidden)]
+    pub judge_hidden: usize,
+}
+
+impl JudgeArgs {
+    pub fn choice(&self) -> JudgeChoice {
+        JudgeChoice {
+            load: self.judge.clone(),
+            count: self.judges,
+            options: JudgeOptions {
+                clips: self.judge_clips,
+                epochs: self.judge_epochs,
+                hidden: self.judge_hidden,
+                ..JudgeOptions::default()
+            },
+        }
+    }
+}
+
+/// Where a run's or a drawing's judges come from: a saved judge or panel (`load`), or else
+/// `count` judges trained here with `options` (seeds `options.seed`, `options.seed + 1`, …).
+#[derive(Clone, Debug)]
+pub struct JudgeChoice {
+    pub load: Option<PathBuf>,
+    pub count: usize,
+    pub options: JudgeOptions,
+}
+
+impl JudgeChoice {
+    /// Refuses a panel of no judges and judges of no clips, epochs or hidden units.
+    pub fn check(&self) -> Result<(), BadValue> {
+        at_least_one("--judges", self.count)?;
+        at_least_one("--judge-clips", self.options.clips)?;
+        at_least_one("--judge-epochs", self.options.epochs)?;
+        at_least_one("--judge-hidden", self.options.hidden)
+    }
+}
+
+/// The panel `choice` names, trained panels saved in `out/judge` (their runs in
+/// `out/judge-train`); reports how it was made and the share of real test windows each judge
+/// reads right, frame by frame (the lowest and highest judge).
+pub fn panel<B: AutodiffBackend>(
+    choice: &JudgeChoice,
+    train: &Clips,
+    test: &Clips,
+    out: &Path,
+    report: &Reporter,
+    device: &B::Device,
+) -> Result<Vec<Mlp<B::InnerBackend>>, TrainError> {
+    choice.check()?;
+    let (judges, per_frame): (Vec<_>, Vec<_>) = match &choice.load {
+        Some(dir) => load_judges(dir, device)
+            .map_err(|e| TrainError::read(format!("loading the judge from {}", dir.display()), e))?
+            .into_iter()
+            .map(|j| {
+                let per_frame = judge_frames(&j, test);
+                (j, per_frame)
+            })
+            .unzip(),
+        None => {
+            let o = choice.options;
+            let dir = out.join("judge");
+            let panel = train_judges::<B>(
+                train,
+                test,
+                o,
+                choice.count,
+                &dir,
+                &out.join("judge-train"),
+                device,
+            )?;
+            report.line(format!(
+                "judges: {} MNIST MLPs (seeds {}–{}) trained on 14×14 windows of {} real clips in {} (each its best epoch, saved in {})",
+                panel.len(),
+                o.seed,
+                o.seed + panel.len() as u64 - 1,
+                o.clips,
+                duration(panel.iter().map(|j| j.seconds).sum()),
+                dir.display()
+            ));
+            panel.into_iter().map(|j| (j.model, j.per_frame)).unzip()
+        }
+    };
+    let frames: Vec<String> = (0..FRAMES)
+        .map(|f| {
+            let (lo, hi) = per_frame
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), p: &Vec<f64>| {
+                    (lo.min(p[f]), hi.max(p[f]))
+                });
+            let (lo, hi) = (format!("{:.0}", lo * 100.0), format!("{:.0}", hi * 100.0));
+            if lo == hi {
+                format!("{lo}%")
+            } else {
+                format!("{lo}–{hi}%")
+            }
+        })
+        .collect();
+    report.line(format!(
+        "judges on real test windows, frames 0–7 (lowest–highest judge): {}",
+        frames.join(" ")
+    ));
+    Ok(judges)
 }
 
 /// Share of real test windows the judge reads right, frame by frame (400 windows a frame).

@@ -17,12 +17,15 @@
 //! [`nervus_inference::video`].
 
 pub mod clips;
+pub mod draw;
 pub mod judge;
 pub mod verdict;
 
 use crate::checkpoint::replace_dir;
+use crate::checks::BadValue;
 use crate::dit::{DrawSettings, TimeSampling};
 use crate::optim::OptimizerSpec;
+use crate::options::{KeepBest, Record, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -31,13 +34,15 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
 use clips::{ClipSource, FixedClips};
+use judge::JudgeChoice;
+use nervus_datasets::mnist::Mnist;
 use nervus_datasets::moving::{self, Clip, Clips, FRAME, FRAMES};
 use nervus_datasets::rng::Rng;
 use nervus_inference::render::grid_png;
-use nervus_inference::video::{ClipGuidance, GUESS_SEED, SHOWCASE, draw, guesses, write_clips};
+use nervus_inference::video::{GUESS_SEED, SHOWCASE, draw, guesses, write_clips};
 use nervus_models::checkpoint::{CheckpointError, write_json};
 use nervus_models::mlp::Mlp;
-use nervus_models::video_dit::VideoDit;
+use nervus_models::video_dit::{Attention, VideoDit, VideoDitConfig};
 use nervus_models::video_pipeline;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -72,20 +77,19 @@ pub struct VideoSettings {
     pub mostly_right: Option<f64>,
 }
 
+impl Record for VideoSettings {
+    fn record(&mut self, step: usize, valid_loss: f64) {
+        self.step = step;
+        self.valid_loss = Some(valid_loss);
+    }
+}
+
 /// Everything a video run needs besides the data, the judge and the model.
 #[derive(Clone, Debug)]
 pub struct VideoOptions {
-    pub steps: usize,
-    pub batch: usize,
-    /// Threads each batch is cut across ([`crate::shard`]).
-    pub parts: usize,
-    pub lr: f64,
-    pub warmup: usize,
-    pub decay_to: f64,
-    pub clip: Option<f64>,
-    pub weight_decay: f64,
-    pub seed: u64,
-    pub eval_every: usize,
+    /// What every run shares (steps, schedule, saving, resuming).
+    pub run: RunOptions,
+    /// Fixed validation clips (each at [`clips::EVAL_LEVELS`] noise levels).
     pub eval_clips: usize,
     pub label_dropout: f64,
     pub time: TimeSampling,
@@ -95,19 +99,23 @@ pub struct VideoOptions {
     pub draw: DrawSettings,
     /// Judge all 55 pairs at every checkpoint (else only the showcase pairs, and all 55 at the end).
     pub judge_every: bool,
-    pub save: Option<PathBuf>,
+    /// Where clips, sheets and `checkpoints.json` go.
     pub out: PathBuf,
-    pub run_dir: PathBuf,
-    pub resume: bool,
-    /// End the run cleanly (checkpoint written) at the first evaluation at or after this step,
-    /// to be continued with `resume`: training in sessions.
-    pub stop_after: Option<usize>,
     pub data_name: String,
-    /// The pipeline the starting model came from (a continuation: only a checkpoint better than
-    /// the start replaces a model).
-    pub continued_from: Option<PathBuf>,
-    /// Start afresh over a model already at `save` and another run's checkpoints.
-    pub overwrite: bool,
+}
+
+impl VideoOptions {
+    /// Refuses numbers out of their range, each named by its flag.
+    pub fn check(&self) -> Result<(), TrainError> {
+        self.run.check()?;
+        crate::checks::share("--label-dropout", self.label_dropout)?;
+        crate::checks::at_least_one("--eval-clips", self.eval_clips)?;
+        crate::checks::non_negative("--double-contrast", self.double_contrast)?;
+        crate::checks::at_least_one("--sample-steps", self.draw.steps)?;
+        crate::checks::finite("--guidance", self.draw.guidance)?;
+        self.draw.check()?;
+        Ok(())
+    }
 }
 
 /// One checkpoint's measurements.
@@ -153,21 +161,18 @@ struct VideoHook<I: Backend> {
     judges: Vec<Mlp<I>>,
     eval: Arc<FixedClips>,
     guess_clips: Vec<Clip>,
-    settings: VideoSettings,
-    best: f64,
+    keep: KeepBest<VideoSettings>,
     last_step: usize,
     out: Arc<Mutex<VideoReport>>,
 }
 
 impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
     fn stop_requested(&self) -> bool {
-        self.opts
-            .stop_after
-            .is_some_and(|s| self.last_step >= s && self.last_step < self.opts.steps)
+        self.opts.run.stops_at(self.last_step)
     }
 
     fn baseline(&mut self, valid: Score, _model: &VideoDit<I>) -> Result<(), String> {
-        self.best = self.best.min(valid.loss());
+        self.keep.baseline(valid.loss());
         Ok(())
     }
 
@@ -179,14 +184,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
         } else {
             SHOWCASE.to_vec()
         };
-        let drawn = draw(
-            model,
-            &pairs,
-            self.opts.draw,
-            &ClipGuidance::default(),
-            0,
-            16,
-        );
+        let drawn = draw(model, &pairs, self.opts.draw, 1.0, 0, 16);
         let flicker = moving::flicker(&drawn.concat());
         let verdict = (pairs.len() == 55).then(|| PanelVerdict::of(&self.judges, &drawn, &pairs));
         let showcase: Vec<Vec<f32>> = SHOWCASE
@@ -218,21 +216,13 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
         let valid = info.valid.loss();
         let label_gap = self.eval.label_gap(model);
         let gap = label_gap.mean;
-        let mut note = String::new();
-        if valid < self.best {
-            self.best = valid;
-            self.out.lock().expect("report").best = Some((info.step, valid));
-            if let Some(dir) = &self.opts.save {
-                self.settings.step = info.step;
-                self.settings.valid_loss = Some(valid);
-                self.settings.label_gap = Some(gap);
-                self.settings.mostly_right = verdict
-                    .as_ref()
-                    .map(PanelVerdict::median_mostly_right_share);
-                save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
-                note = "  saved".into();
-            }
-        }
+        self.keep.settings.label_gap = Some(gap);
+        self.keep.settings.mostly_right = verdict
+            .as_ref()
+            .map(PanelVerdict::median_mostly_right_share);
+        let note = self.keep.offer(info.step, valid, |settings, dir| {
+            save_pipeline(model, settings, dir)
+        })?;
         let judged = match &verdict {
             Some(v) => format!("  judge: {}", v.summary()),
             None => String::new(),
@@ -248,6 +238,7 @@ impl<I: Backend> EpochHook<VideoDit<I>> for VideoHook<I> {
             duration(info.elapsed)
         ));
         let mut out = self.out.lock().expect("report");
+        out.best = self.keep.found;
         out.checkpoints.push(VideoCheckpoint {
             step: info.step,
             train_loss: info.train.loss(),
@@ -275,38 +266,25 @@ pub fn train<B: AutodiffBackend>(
     model: VideoDit<B>,
     report: Reporter,
 ) -> Result<(VideoReport, VideoDit<B::InnerBackend>), TrainError> {
+    opts.check()?;
+    let run = &opts.run;
     let classes = model.config.classes;
-    crate::checks::diffusion(
-        opts.steps,
-        opts.batch,
-        opts.parts,
-        opts.lr,
-        opts.decay_to,
-        opts.clip,
-        opts.weight_decay,
-        opts.eval_every,
-        opts.label_dropout,
-        opts.draw.steps,
-        opts.draw.guidance,
-    )?;
-    crate::checks::at_least_one("--eval-clips", opts.eval_clips)?;
-    crate::checks::non_negative("--double-contrast", opts.double_contrast)?;
     let best = crate::checkpoint::claim_save(
-        opts.save.as_deref(),
-        opts.continued_from.as_deref(),
-        opts.resume,
-        opts.overwrite,
+        run.save.as_deref(),
+        run.continued_from.as_deref(),
+        run.resume,
+        run.overwrite,
     )?;
     let settings = VideoSettings {
         data: opts.data_name.clone(),
-        steps: opts.steps,
-        batch: opts.batch,
-        parts: opts.parts,
-        lr: opts.lr,
-        warmup: opts.warmup,
-        decay_to: opts.decay_to,
-        clip: opts.clip,
-        seed: opts.seed,
+        steps: run.steps,
+        batch: run.batch,
+        parts: run.parts,
+        lr: run.lr,
+        warmup: run.warmup,
+        decay_to: run.decay_to,
+        clip: run.clip,
+        seed: run.seed,
         label_dropout: opts.label_dropout,
         time: opts.time,
         double_contrast: opts.double_contrast,
@@ -319,9 +297,9 @@ pub fn train<B: AutodiffBackend>(
     };
     let mut fingerprint = crate::run::fingerprint(&settings, &model.config);
     if let Some(o) = fingerprint.as_object_mut() {
-        o.insert("eval_every".into(), opts.eval_every.into());
+        o.insert("eval_every".into(), run.eval_every.into());
         o.insert("eval_clips".into(), opts.eval_clips.into());
-        o.insert("weight_decay".into(), opts.weight_decay.into());
+        o.insert("weight_decay".into(), run.weight_decay.into());
     }
     let eval = Arc::new(FixedClips::new(test, opts.eval_clips));
     let mut rng = Rng::new(GUESS_SEED);
@@ -336,39 +314,38 @@ pub fn train<B: AutodiffBackend>(
         judges,
         eval: eval.clone(),
         guess_clips,
-        settings,
-        best,
+        keep: KeepBest::new(best, run.save.clone(), settings),
         last_step: 0,
         out: out.clone(),
     };
     let source = ClipSource::new(
         train,
-        opts.batch,
-        opts.seed,
+        run.batch,
+        run.seed,
         opts.label_dropout,
         opts.time,
         classes,
-        crate::loader::epoch_lengths(opts.steps, opts.eval_every),
+        crate::loader::epoch_lengths(run.steps, run.eval_every),
     )
     .with_double_contrast(opts.double_contrast);
-    let run = RunConfig {
-        dir: opts.run_dir.clone(),
+    let config = RunConfig {
+        dir: run.run_dir.clone(),
         epochs: source.epochs(),
         accumulation: 1,
-        parts: opts.parts,
-        resume: opts.resume,
-        baseline: opts.continued_from.is_some(),
-        overwrite: opts.overwrite,
+        parts: run.parts,
+        resume: run.resume,
+        baseline: run.continued_from.is_some(),
+        overwrite: run.overwrite,
         settings: fingerprint,
         report: report.clone(),
-        unit: Some((opts.batch as f64, "clips".into())),
+        unit: Some((run.batch as f64, "clips".into())),
     };
     let eval_source = FixedClips::new(test, opts.eval_clips);
     let last = fit(
-        run,
+        config,
         model,
-        OptimizerSpec::adamw(opts.weight_decay).build(opts.clip),
-        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        OptimizerSpec::adamw(run.weight_decay).build(run.clip),
+        WarmupCosine::new(run.lr, run.warmup, run.steps, run.decay_to),
         source,
         eval_source,
         |t| {
@@ -379,4 +356,141 @@ pub fn train<B: AutodiffBackend>(
     )?;
     let out = out.lock().expect("report").clone();
     Ok((out, last))
+}
+
+/// The model a fresh run starts from: `layers` blocks of width `d_model` in `heads` heads.
+/// Refuses zero blocks or heads and heads that do not divide the width.
+pub fn model_config(
+    layers: usize,
+    d_model: usize,
+    heads: usize,
+    attention: Attention,
+) -> Result<VideoDitConfig, BadValue> {
+    crate::checks::at_least_one("--layers", layers)?;
+    crate::checks::at_least_one("--heads", heads)?;
+    if d_model == 0 || !d_model.is_multiple_of(heads) {
+        return Err(BadValue {
+            flag: "--d-model",
+            value: d_model.to_string(),
+            rule: "a width above 0 that --heads divides",
+        });
+    }
+    Ok(VideoDitConfig::new()
+        .with_num_layers(layers)
+        .with_num_attention_heads(heads)
+        .with_attention_head_dim(d_model / heads)
+        .with_attention(attention))
+}
+
+/// A whole video run as the example starts it.
+#[derive(Clone, Debug)]
+pub struct VideoRun {
+    pub options: VideoOptions,
+    /// The fresh model's shape (a continuation, `run.continued_from`, keeps its own).
+    pub model: VideoDitConfig,
+    pub judges: JudgeChoice,
+    /// Train on the full MNIST, fetched and verified, instead of the vendored subset.
+    pub download: bool,
+}
+
+/// Runs `spec`: checks every setting, readies the data and the judges (the ceiling on real
+/// clips first), starts the model (fresh, or the saved one it continues), trains it, and reports
+/// the end.
+pub fn run<B: AutodiffBackend>(
+    spec: &VideoRun,
+    report: Reporter,
+    device: &B::Device,
+) -> Result<VideoReport, TrainError> {
+    let opts = &spec.options;
+    let run = &opts.run;
+    if run.steps == 0 {
+        return Err(BadValue {
+            flag: "--steps",
+            value: "0".into(),
+            rule: "a run takes at least 1 step (to draw with a saved model: the video_draw example)",
+        }
+        .into());
+    }
+    opts.check()?;
+    spec.judges.check()?;
+    if let Some(save) = &run.save {
+        crate::checkpoint::check_fresh_save(
+            save,
+            run.continued_from.as_deref(),
+            run.resume,
+            run.overwrite,
+        )?;
+    }
+    let data = Mnist::load(spec.download, None).map_err(|e| TrainError::read("MNIST", e))?;
+    let train_clips = Arc::new(Clips::new(&data.train));
+    let test_clips = Clips::new(&data.test);
+    let judges = judge::panel::<B>(
+        &spec.judges,
+        &train_clips,
+        &test_clips,
+        &opts.out,
+        &report,
+        device,
+    )?;
+    let (ceiling, real_flicker) =
+        verdict::ceiling(&judges, &test_clips, &moving::pairs(), &opts.out, &report)?;
+    let model = match &run.continued_from {
+        Some(dir) => video_pipeline::load_pipeline::<B>(dir, device)
+            .map_err(|e| TrainError::read(format!("loading {}", dir.display()), e))?,
+        None => {
+            B::seed(device, run.seed);
+            spec.model.init::<B>(device)
+        }
+    };
+    let c = &model.config;
+    report.line(format!(
+        "data: clips made from MNIST ({}), {} training digits | model: video DiT, {} blocks ({:?} attention), d_model {}, {} heads, {} frames × {} patches = {} tokens: {} parameters | backend {}",
+        data.source,
+        data.train.len(),
+        c.num_layers,
+        c.attention,
+        c.d_model(),
+        c.num_attention_heads,
+        c.frames,
+        c.patches(),
+        c.frames * c.patches(),
+        model.num_params(),
+        crate::backend::NAME
+    ));
+    let options = VideoOptions {
+        data_name: data.source.clone(),
+        ..opts.clone()
+    };
+    let (result, _) = train(
+        &options,
+        train_clips,
+        &test_clips,
+        judges,
+        model,
+        report.clone(),
+    )?;
+    if let Some(last) = result.checkpoints.last() {
+        let judged = last.verdicts.as_ref().map_or(String::new(), |v| {
+            format!(
+                "judged {} (real clips {}), ",
+                v.summary(),
+                ceiling.summary()
+            )
+        });
+        report.line(format!(
+            "final: validation {:.4}, label gap {:+.4} ± {:.4}, flicker {:.3} (real {real_flicker:.3}), {judged}{} in all",
+            last.valid_loss,
+            last.label_gap,
+            last.label_gap_se,
+            last.flicker,
+            duration(result.seconds)
+        ));
+    }
+    if let (Some((step, loss)), Some(save)) = (result.best, &run.save) {
+        report.line(format!(
+            "best validation loss {loss:.4} at step {step}, saved in {}",
+            save.display()
+        ));
+    }
+    Ok(result)
 }

@@ -2,11 +2,15 @@
 //! judge's verdict on a set of clips ([`ClipVerdict`]) and a panel's ([`PanelVerdict`]).
 
 use super::judge::read_windows;
+use crate::checks::BadValue;
+use crate::report::Reporter;
+use crate::run::TrainError;
 use burn::prelude::*;
-use nervus_datasets::moving::{self, FRAME};
-use nervus_inference::video::JUDGED;
+use nervus_datasets::moving::{self, Clips, FRAME};
+use nervus_inference::video::{JUDGED, SHOWCASE, real_clips, write_clips};
 use nervus_models::mlp::Mlp;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// The centres of both digits in frame `f` if they move apart along `angle`.
 fn centres(angle: f64, f: usize) -> [(f64, f64); 2] {
@@ -212,6 +216,65 @@ fn median(mut v: Vec<usize>) -> usize {
     v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
+/// The judges' ceiling: one real test clip of each of `pairs` read by the panel, reported with
+/// its flicker and what the median judge found wrong; a sheet and a GIF of the showcase pairs'
+/// real clips go to `out/real-clips.png` and `.gif`. Returns the verdict and the flicker.
+pub fn ceiling<B: Backend>(
+    judges: &[Mlp<B>],
+    test: &Clips,
+    pairs: &[(u8, u8)],
+    out: &Path,
+    report: &Reporter,
+) -> Result<(PanelVerdict, f64), TrainError> {
+    let real: Vec<Vec<f32>> = real_clips(test, pairs)
+        .into_iter()
+        .map(|c| c.pixels)
+        .collect();
+    let verdict = PanelVerdict::of(judges, &real, pairs);
+    let flicker = moving::flicker(&real.concat());
+    report.line(format!(
+        "real clips of the {} pairs: {}, flicker {flicker:.3}",
+        pairs.len(),
+        verdict.summary(),
+    ));
+    if let Some(median) = verdict.median_judge() {
+        report.line(format!(
+            "real clips not mostly right, by the median judge: {}",
+            median.failures()
+        ));
+    }
+    let showcase: Vec<Vec<f32>> = real_clips(test, &SHOWCASE)
+        .into_iter()
+        .map(|c| c.pixels)
+        .collect();
+    write_clips(
+        &showcase,
+        &out.join("real-clips.png"),
+        &out.join("real-clips.gif"),
+    )
+    .map_err(TrainError::Hook)?;
+    Ok((verdict, flicker))
+}
+
+/// Pairs of digits as a user writes them: `3-7,0-1`.
+pub fn parse_pairs(s: &str) -> Result<Vec<(u8, u8)>, BadValue> {
+    let bad = |p: &str| BadValue {
+        flag: "--pairs",
+        value: format!("`{p}`"),
+        rule: "each pair is two digits 0–9 like 3-7, pairs separated by commas",
+    };
+    s.split(',')
+        .map(|p| {
+            let (a, b) = p.split_once('-').ok_or_else(|| bad(p))?;
+            let digit = |d: &str| match d.trim().parse::<u8>() {
+                Ok(v) if v < 10 => Ok(v),
+                _ => Err(bad(p)),
+            };
+            Ok((digit(a)?, digit(b)?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +351,20 @@ mod tests {
             ],
         };
         assert_eq!(panel.median_judge().map(|j| j.doubled), Some(3));
+    }
+
+    #[test]
+    fn pairs_parse_and_a_bad_one_is_named() {
+        assert_eq!(
+            parse_pairs("3-7,0-1, 5-5"),
+            Ok(vec![(3, 7), (0, 1), (5, 5)])
+        );
+        for bad in ["3-7,0", "3-17", "a-b", "3-7,"] {
+            let e = parse_pairs(bad).unwrap_err();
+            assert_eq!(e.flag, "--pairs", "{bad}");
+        }
+        let e = parse_pairs("3-7,2-x").unwrap_err();
+        assert_eq!(e.value, "`2-x`");
     }
 
     #[test]
