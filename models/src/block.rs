@@ -3,32 +3,10 @@
 //! The residual is the point. On the way back `dx = dy + branch'(dy)`: whatever a branch does to
 //! the gradient, `dy` also reaches the layer below untouched, which is what lets many blocks stack.
 
-use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig, KvCache};
-use crate::feed_forward::{FeedForward, FeedForwardConfig};
-use crate::gpt::{GptConfig, MlpKind, PositionKind};
+use crate::attention::{CausalSelfAttention, KvCache};
+use crate::feed_forward::FeedForward;
 use crate::norm::Norm;
 use burn::prelude::*;
-
-/// The block of a GPT of configuration `c`.
-pub fn init_block<B: Backend>(c: &GptConfig, device: &B::Device) -> Block<B> {
-    let ln = || Norm::new(c.norm, c.d_model, c.norm_eps, device);
-    Block {
-        ln_1: ln(),
-        attn: CausalSelfAttentionConfig::new(c.d_model, c.heads)
-            .with_kv_heads(c.kv_heads)
-            .with_rope_base((c.positions == PositionKind::Rope).then_some(c.rope_base))
-            .with_qk_norm(c.qk_norm)
-            .with_bias(c.bias)
-            .with_init_std(c.init_std)
-            .init(device),
-        ln_2: ln(),
-        mlp: FeedForwardConfig::new(c.d_model, c.mlp_hidden())
-            .with_swiglu(c.mlp == MlpKind::SwiGlu)
-            .with_bias(c.bias)
-            .with_init_std(c.init_std)
-            .init(device),
-    }
-}
 
 #[derive(Module, Debug)]
 pub struct Block<B: Backend> {

@@ -11,6 +11,7 @@ use crate::checkpoint::{
     CheckpointError, NamedTensor, TensorFile, read_json, write_json, write_safetensors,
 };
 use crate::dit::{Dit, DitConfig};
+pub use crate::patch_embed::PatchShape;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -161,13 +162,6 @@ pub fn diffusers_name(path: &str) -> (String, Layout) {
         Layout::Same
     };
     (name, layout)
-}
-
-/// The input side of a patch embedding: channels and patch size, what the conv kernel's shape needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PatchShape {
-    pub channels: usize,
-    pub patch: usize,
 }
 
 fn to_file_layout(t: NamedTensor, layout: Layout, p: PatchShape) -> NamedTensor {

@@ -53,8 +53,8 @@ impl DitConfig {
     }
 
     /// What the patch embedding's conv kernel shape needs.
-    pub fn patch_shape(&self) -> crate::diffusers::PatchShape {
-        crate::diffusers::PatchShape {
+    pub fn patch_shape(&self) -> crate::patch_embed::PatchShape {
+        crate::patch_embed::PatchShape {
             channels: self.in_channels,
             patch: self.patch_size,
         }

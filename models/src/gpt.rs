@@ -10,8 +10,10 @@
 //! model then predicts nearly uniformly and its first loss is within a few thousandths of ln V,
 //! the loss of knowing nothing, rather than confidently wrong.
 
+use crate::attention::CausalSelfAttentionConfig;
 use crate::attention::KvCache;
-use crate::block::{Block, init_block};
+use crate::block::Block;
+use crate::feed_forward::FeedForwardConfig;
 use crate::norm::Norm;
 pub use crate::norm::NormKind;
 use crate::output::{LossOutput, Objective, train_step};
@@ -431,6 +433,27 @@ impl<B: Backend> InferenceStep for Gpt<B> {
             loss: self.loss_masked(batch.inputs, batch.targets, batch.doc_mask),
             count: b * t,
         }
+    }
+}
+
+/// The block of a GPT of configuration `c`.
+pub fn init_block<B: Backend>(c: &GptConfig, device: &B::Device) -> Block<B> {
+    let ln = || Norm::new(c.norm, c.d_model, c.norm_eps, device);
+    Block {
+        ln_1: ln(),
+        attn: CausalSelfAttentionConfig::new(c.d_model, c.heads)
+            .with_kv_heads(c.kv_heads)
+            .with_rope_base((c.positions == PositionKind::Rope).then_some(c.rope_base))
+            .with_qk_norm(c.qk_norm)
+            .with_bias(c.bias)
+            .with_init_std(c.init_std)
+            .init(device),
+        ln_2: ln(),
+        mlp: FeedForwardConfig::new(c.d_model, c.mlp_hidden())
+            .with_swiglu(c.mlp == MlpKind::SwiGlu)
+            .with_bias(c.bias)
+            .with_init_std(c.init_std)
+            .init(device),
     }
 }
 

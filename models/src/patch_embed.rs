@@ -8,6 +8,13 @@
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 
+/// The input side of a patch embedding: channels and patch size, what the conv kernel's shape needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PatchShape {
+    pub channels: usize,
+    pub patch: usize,
+}
+
 /// Shapes: `x [B, C, H, W]` → `[B, N, C·p·p]`, patches row-major over the `(H/p) × (W/p)` grid,
 /// each patch's values in the order `(c, i, j)`.
 pub fn patchify<B: Backend>(x: Tensor<B, 4>, p: usize) -> Tensor<B, 3> {

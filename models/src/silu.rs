@@ -8,7 +8,7 @@ use burn::prelude::*;
 
 /// Shapes: any → the same.
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    x.clone() / (x.neg().clamp_max(crate::gelu::EXP_CLAMP).exp() + 1.0)
+    x.clone() / (x.neg().clamp_max(crate::fused::composed::EXP_CLAMP).exp() + 1.0)
 }
 
 #[cfg(test)]

@@ -80,8 +80,8 @@ impl VideoDitConfig {
         (self.sample_size / self.patch_size).pow(2)
     }
 
-    pub fn patch_shape(&self) -> crate::diffusers::PatchShape {
-        crate::diffusers::PatchShape {
+    pub fn patch_shape(&self) -> crate::patch_embed::PatchShape {
+        crate::patch_embed::PatchShape {
             channels: self.in_channels,
             patch: self.patch_size,
         }

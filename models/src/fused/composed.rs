@@ -3,12 +3,14 @@
 //! (Burn's autodiff then records each operation), and the default bodies of [`super::FusedOps`]'s
 //! kernels, which the witness tests hold the fast kernels and the fused backward passes to.
 
-use super::{prim, wrap};
 use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
 use burn::tensor::activation::softmax;
 use burn::tensor::ops::FloatTensor;
 
-use crate::gelu::SQRT_2_OVER_PI;
+pub(crate) const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+/// Largest exponent passed to `exp`: `e^80 ≈ 5.5e34`, well inside f32.
+pub(crate) const EXP_CLAMP: f64 = 80.0;
 
 /// Shapes: `q [N, Tq, D]`, `k [N, Tk, D]`, `v [N, Tk, Dv]` → `[N, Tq, Dv]`.
 pub fn attention<B: Backend>(
@@ -65,39 +67,57 @@ pub fn packed_attention<B: Backend>(
     merge_heads(attention(q, k, v, scale, causal.then_some(0)), b)
 }
 
-/// See [`super::FusedOps::packed_attention_fwd`]: the heads cut out, [`FusedOps::attention_fwd`]
-/// on them, the outputs merged.
-///
-/// [`FusedOps::attention_fwd`]: super::FusedOps::attention_fwd
-pub fn packed_attention_fwd<B: super::FusedOps>(
+/// The per-head attention a packed one is made of: `(q, k, v, scale, causal offset)` → `(y,
+/// probabilities)` (a backend's `FusedOps::attention_fwd`).
+pub type HeadsFwd<B> = fn(
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    f64,
+    Option<usize>,
+) -> (FloatTensor<B>, FloatTensor<B>);
+
+/// Its backward: `(q, k, v, probabilities, dy, scale)` → `(dq, dk, dv)` (`FusedOps::attention_bwd`).
+pub type HeadsBwd<B> = fn(
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    f64,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+/// `FusedOps::packed_attention_fwd` by default: the heads cut out, `heads_fwd` on them, the
+/// outputs merged.
+pub fn packed_attention_fwd<B: Backend>(
     qkv: FloatTensor<B>,
     heads: usize,
     scale: f64,
     causal: bool,
+    heads_fwd: HeadsFwd<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let qkv = wrap::<B, 3>(qkv);
     let b = qkv.dims()[0];
     let [q, k, v] = split_heads(qkv, heads).map(prim);
-    let (y, probs) = B::attention_fwd(q, k, v, scale, causal.then_some(0));
+    let (y, probs) = heads_fwd(q, k, v, scale, causal.then_some(0));
     (prim(merge_heads(wrap::<B, 3>(y), b)), probs)
 }
 
-/// See [`super::FusedOps::packed_attention_bwd`]: [`FusedOps::attention_bwd`] on the heads, the
-/// gradients merged and laid side by side as `q | k | v`.
-///
-/// [`FusedOps::attention_bwd`]: super::FusedOps::attention_bwd
-pub fn packed_attention_bwd<B: super::FusedOps>(
+/// `FusedOps::packed_attention_bwd` by default: `heads_bwd` on the heads, the gradients merged
+/// and laid side by side as `q | k | v`.
+pub fn packed_attention_bwd<B: Backend>(
     qkv: FloatTensor<B>,
     probs: FloatTensor<B>,
     dy: FloatTensor<B>,
     heads: usize,
     scale: f64,
+    heads_bwd: HeadsBwd<B>,
 ) -> FloatTensor<B> {
     let qkv = wrap::<B, 3>(qkv);
     let b = qkv.dims()[0];
     let [q, k, v] = split_heads(qkv, heads).map(prim);
     let dout = prim(to_heads(wrap::<B, 3>(dy), heads));
-    let (dq, dk, dv) = B::attention_bwd(q, k, v, probs, dout, scale);
+    let (dq, dk, dv) = heads_bwd(q, k, v, probs, dout, scale);
     let merged = [dq, dk, dv].map(|g| merge_heads(wrap::<B, 3>(g), b));
     prim(Tensor::cat(merged.into(), 2))
 }
@@ -143,7 +163,7 @@ pub fn norm<B: Backend, const D: usize>(
 pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let cube = x.clone() * x.clone() * x.clone();
     let minus_2z = (x.clone() + cube * 0.044_715) * (-2.0 * SQRT_2_OVER_PI);
-    x / (minus_2z.clamp_max(crate::gelu::EXP_CLAMP).exp() + 1.0)
+    x / (minus_2z.clamp_max(EXP_CLAMP).exp() + 1.0)
 }
 
 /// See [`super::FusedOps::softmax_fwd`].
@@ -250,8 +270,8 @@ fn gelu_slope<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let x = wrap::<B, 1>(flat::<B>(x));
     let x2 = x.clone() * x.clone();
     let minus_2z = (x.clone() + x2.clone() * x.clone() * 0.044_715) * (-2.0 * SQRT_2_OVER_PI);
-    let past = minus_2z.clone().greater_equal_elem(crate::gelu::EXP_CLAMP);
-    let s = (minus_2z.clamp_max(crate::gelu::EXP_CLAMP).exp() + 1.0).recip();
+    let past = minus_2z.clone().greater_equal_elem(EXP_CLAMP);
+    let s = (minus_2z.clamp_max(EXP_CLAMP).exp() + 1.0).recip();
     let du = (x2 * (3.0 * 0.044_715) + 1.0) * (2.0 * SQRT_2_OVER_PI);
     let curve = (x * s.clone() * (s.clone().neg() + 1.0) * du).mask_fill(past, 0.0);
     B::float_reshape(prim(s + curve), shape)
@@ -327,4 +347,14 @@ pub fn xent_bwd<B: Backend>(
     let onehot = ids.one_hot::<2>(v).float();
     let g = wrap::<B, 1>(dloss).unsqueeze_dim::<2>(0) / n.max(1) as f64; // [1, 1]
     prim((probs - onehot) * g)
+}
+
+/// A tensor's float primitive.
+pub(super) fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+/// A float primitive as a tensor of rank `D`.
+pub(super) fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
 }

@@ -11,7 +11,7 @@
 //! `(g·g)·(1−β₂)`), `δ = (m / c₁) / (√(v / c₂) + ε)` with `cᵢ = 1 − βᵢᵗ`, and
 //! `p ← p·(1 − lr·λ) − δ·lr` (without the product when `lr·λ` is 0).
 
-use super::flex::{GRAIN, Real, simd_kernel, tensor, values};
+use super::flex_kernels::{GRAIN, Real, simd_kernel, tensor, values};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
 

@@ -13,7 +13,7 @@
 //! Tasks write disjoint blocks of the outputs (their own head's columns of their own sequence's
 //! rows, their own `T × T` block of `P`), so the results do not depend on the threads.
 
-use super::flex::{Real, simd_kernel, softmax_bwd_rows, softmax_row, tensor, values};
+use super::flex_kernels::{Real, simd_kernel, softmax_bwd_rows, softmax_row, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;

@@ -11,8 +11,8 @@
 //! product stays on the part's core. It splits the output, never the sum, so the result does not
 //! depend on the threads.
 
-use super::flex::{Real, simd_kernel, tensor, values};
 use super::flex_attention::product_with;
+use super::flex_kernels::{Real, simd_kernel, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;

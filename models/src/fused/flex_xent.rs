@@ -2,7 +2,7 @@
 //! backward pass) and its `−log P[target]`, the rows' losses added in f64 in row order; backward
 //! `(P − onehot) · dloss / N` in one pass.
 
-use super::flex::{Real, simd_kernel, softmax_row, tensor, values};
+use super::flex_kernels::{Real, simd_kernel, softmax_row, tensor, values};
 use burn::tensor::Shape;
 use burn_flex::FlexTensor;
 

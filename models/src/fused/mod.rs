@@ -27,12 +27,13 @@ pub mod composed;
 pub mod flex;
 mod flex_adamw;
 mod flex_attention;
+mod flex_kernels;
 mod flex_linear;
 mod flex_xent;
 
 use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
+use composed::{prim, wrap};
 use std::any::{Any, TypeId};
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -117,7 +118,7 @@ pub trait FusedOps: Backend {
         scale: f64,
         causal: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        composed::packed_attention_fwd::<Self>(qkv, heads, scale, causal)
+        composed::packed_attention_fwd::<Self>(qkv, heads, scale, causal, Self::attention_fwd)
     }
 
     /// `dqkv [B, T, 3C]` from the saved `qkv`, `P` and `dy [B, T, C]`.
@@ -128,7 +129,7 @@ pub trait FusedOps: Backend {
         heads: usize,
         scale: f64,
     ) -> FloatTensor<Self> {
-        composed::packed_attention_bwd::<Self>(qkv, probs, dy, heads, scale)
+        composed::packed_attention_bwd::<Self>(qkv, probs, dy, heads, scale, Self::attention_bwd)
     }
 
     /// The attention of [`FusedOps::packed_attention_fwd`], output only.
@@ -294,14 +295,6 @@ fn cast<A: 'static, T: 'static>(a: A) -> T {
         .downcast_mut::<Option<T>>()
         .and_then(Option::take)
         .expect("cast between identical types")
-}
-
-fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
 /// Runs `$body` with the type alias `$F` set to `B` when `B` is one of the backends that

@@ -353,7 +353,7 @@ fn large_packed_attention_matches_composed_on_flex() {
 /// softmax's largest weights sit): within 1.5e-7 relative, and NaN stays NaN.
 #[test]
 fn fast_exp_is_within_an_ulp() {
-    use super::flex::exp_f32;
+    use super::flex_kernels::exp_f32;
     let mut worst = (0.0f64, 0.0f32);
     let steps = 1_750_000;
     for i in 0..=steps {

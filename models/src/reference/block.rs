@@ -298,8 +298,8 @@ pub(crate) mod tests {
 #[cfg(test)]
 pub(crate) mod burn_parity {
     use super::*;
-    use crate::block::init_block;
     use crate::gpt::GptConfig;
+    use crate::gpt::init_block;
     use crate::testing::{AB, assert_close, f32_exact, grads_by_path, load, randn, tensor, to_vec};
 
     fn exact(p: BlockParams) -> BlockParams {
