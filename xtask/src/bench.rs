@@ -1,5 +1,6 @@
 //! `cargo xtask bench <what>`.
 
+use crate::measure::{spread, threads};
 use anyhow::{Result, bail};
 use nervus_training::bench::{matmul_gflops, median, mlp_steps_per_sec};
 use std::fmt::Write;
@@ -60,10 +61,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
             bail!("unknown benchmark `{other}`: try backends, gpt, dit, video, allocator, pytorch")
         }
     }
-}
-
-pub(crate) fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn backends(rounds: usize) -> Result<()> {
@@ -256,14 +253,6 @@ fn dit(rounds: usize, steps: Option<usize>, parts: &[usize]) -> Result<()> {
     }
     print!("{t}");
     Ok(())
-}
-
-/// The lowest and highest round-by-round ratio of `a` to `b`.
-pub(crate) fn spread(a: &[f64], b: &[f64]) -> (f64, f64) {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| x / y)
-        .fold((f64::INFINITY, 0f64), |(l, h), v| (l.min(v), h.max(v)))
 }
 
 fn video(rounds: usize, steps: Option<usize>, batch: usize, parts: &[usize]) -> Result<()> {

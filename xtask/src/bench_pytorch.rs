@@ -6,7 +6,7 @@
 //! process on the chosen backend. Medians are reported, with the lowest and highest round-by-round
 //! ratio.
 
-use crate::bench::{spread, threads};
+use crate::measure::{spread, threads};
 use anyhow::{Context, Result, bail};
 use nervus_training::bench::{dit_images_per_sec, gpt_chars_per_sec, median};
 use std::fmt::Write;

@@ -7,6 +7,7 @@
 mod bench;
 mod bench_pytorch;
 mod kill_test;
+mod measure;
 mod mutants;
 mod tables;
 mod witnesses;
