@@ -217,6 +217,21 @@ pub(crate) fn test_bpe() -> &'static Bpe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `cargo fuzz run bpe_tokenizer`: a syntax error inside the `decoder` section made
+    /// the tokenizers crate panic instead of returning its error (the character tokenizer's side
+    /// is in `text`).
+    #[test]
+    fn fuzz_regression_a_broken_decoder_section_is_an_error_not_a_panic() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fuzz-regressions");
+        for name in [
+            "tokenizer-decoder-syntax-char.json",
+            "tokenizer-decoder-syntax-bpe.json",
+        ] {
+            let e = Bpe::load(&dir.join(name)).unwrap_err().to_string();
+            assert!(e.contains("not a tokenizer.json"), "{e}");
+        }
+    }
     use crate::documents::{AUSTEN, Source};
 
     const SAMPLES: &[&str] = &[

@@ -8,6 +8,7 @@
 
 pub mod bpe;
 pub mod cache;
+pub mod corpus;
 pub mod crawl;
 pub mod documents;
 pub mod download;

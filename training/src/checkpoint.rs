@@ -1,6 +1,6 @@
 //! Saving a model directory so that a reader sees the old one or the new one, never half of each.
 
-use crate::run::AtomicRecorder;
+use crate::atomic::AtomicRecorder;
 use burn::module::Module;
 use burn::prelude::Backend;
 use burn::record::Recorder;
@@ -114,12 +114,12 @@ pub fn replace_dir(
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
-    crate::run::hold_the_write_open();
+    crate::atomic::hold_the_write_open();
     std::fs::rename(&staging, &whole).map_err(|e| CheckpointError::io(&whole, e))?;
     if dir.exists() {
         std::fs::rename(dir, &old).map_err(|e| CheckpointError::io(dir, e))?;
     }
-    crate::run::hold_the_write_open();
+    crate::atomic::hold_the_write_open();
     std::fs::rename(&whole, dir).map_err(|e| CheckpointError::io(dir, e))?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(())

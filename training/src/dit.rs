@@ -11,10 +11,12 @@
 use crate::checkpoint::replace_dir;
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
+use crate::options::{KeepBest, Record, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
 use crate::strategy::{EpochHook, EpochInfo, Score};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
@@ -348,51 +350,32 @@ pub struct DitSettings {
 /// Everything a DiT run needs besides the data, the judge and the model.
 #[derive(Clone, Debug)]
 pub struct DitOptions {
-    pub steps: usize,
-    pub batch: usize,
-    /// Threads each batch is cut across ([`crate::shard`]).
-    pub parts: usize,
-    pub lr: f64,
-    pub warmup: usize,
-    pub decay_to: f64,
-    pub clip: Option<f64>,
-    pub weight_decay: f64,
-    pub seed: u64,
-    pub eval_every: usize,
+    /// What every run shares (steps, schedule, saving, resuming).
+    pub run: RunOptions,
     pub label_dropout: f64,
     pub time: TimeSampling,
     pub draw: DrawSettings,
-    /// Where the best model's pipeline directory goes.
-    pub save: Option<PathBuf>,
     /// Where grids and the strip go.
     pub out: PathBuf,
-    pub run_dir: PathBuf,
     pub data_name: String,
-    /// The pipeline the starting model came from (a continuation: only a checkpoint better than
-    /// the start replaces a model).
-    pub continued_from: Option<PathBuf>,
-    /// Continue a killed run from its newest checkpoint in `run_dir`.
-    pub resume: bool,
-    /// Start afresh over a model already at `save` and another run's checkpoints.
-    pub overwrite: bool,
 }
 
 impl DitOptions {
     /// Refuses numbers no run can use, naming the flag.
-    pub fn check(&self) -> Result<(), crate::checks::BadValue> {
-        crate::checks::diffusion(
-            self.steps,
-            self.batch,
-            self.parts,
-            self.lr,
-            self.decay_to,
-            self.clip,
-            self.weight_decay,
-            self.eval_every,
-            self.label_dropout,
-            self.draw.steps,
-            self.draw.guidance,
-        )
+    pub fn check(&self) -> Result<(), TrainError> {
+        self.run.check()?;
+        crate::checks::share("--label-dropout", self.label_dropout)?;
+        crate::checks::at_least_one("--sample-steps", self.draw.steps)?;
+        crate::checks::finite("--guidance", self.draw.guidance)?;
+        self.draw.check()?;
+        Ok(())
+    }
+}
+
+impl Record for DitSettings {
+    fn record(&mut self, step: usize, valid_loss: f64) {
+        self.step = step;
+        self.valid_loss = Some(valid_loss);
     }
 }
 
@@ -422,8 +405,8 @@ struct DitHook<I: Backend> {
     opts: DitOptions,
     judge: Mlp<I>,
     noise: Vec<Vec<f32>>,
-    settings: DitSettings,
-    best: f64,
+    keep: KeepBest<DitSettings>,
+    last_step: usize,
     strip: Vec<Vec<f32>>,
     out: Arc<Mutex<DitReport>>,
 }
@@ -431,12 +414,17 @@ struct DitHook<I: Backend> {
 const DIGITS: [usize; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
 
 impl<I: Backend> EpochHook<Dit<I>> for DitHook<I> {
+    fn stop_requested(&self) -> bool {
+        self.opts.run.stops_at(self.last_step)
+    }
+
     fn baseline(&mut self, valid: Score, _model: &Dit<I>) -> Result<(), String> {
-        self.best = valid.loss();
+        self.keep.baseline(valid.loss());
         Ok(())
     }
 
     fn after_epoch(&mut self, info: &EpochInfo, model: &Dit<I>) -> Result<(), String> {
+        self.last_step = info.step;
         let images = draw(model, &DIGITS, &self.noise, self.opts.draw);
         let verdict = judge(&self.judge, &images, &DIGITS, self.noise.len());
         let grid = self.opts.out.join(format!("grid-step{:05}.png", info.step));
@@ -454,18 +442,11 @@ impl<I: Backend> EpochHook<Dit<I>> for DitHook<I> {
             &self.opts.out.join("strip.png"),
         )?;
         let valid = info.valid.loss();
-        let mut note = String::new();
-        if valid < self.best {
-            self.best = valid;
-            self.out.lock().expect("report").best = Some((info.step, valid));
-            if let Some(dir) = &self.opts.save {
-                self.settings.step = info.step;
-                self.settings.valid_loss = Some(valid);
-                self.settings.judge_score = Some(verdict.score());
-                save_pipeline(model, &self.settings, dir).map_err(|e| e.to_string())?;
-                note = "  saved".into();
-            }
-        }
+        self.keep.settings.judge_score = Some(verdict.score());
+        let note = self.keep.offer(info.step, valid, |settings, dir| {
+            save_pipeline(model, settings, dir)
+        })?;
+        self.out.lock().expect("report").best = self.keep.found;
         self.report.line(format!(
             "step {:>5}  train loss {:.4}  validation loss {:.4}  judge {:>3.0}% ({} of 10 digits drawn)  ({}){note}",
             info.step,
@@ -506,23 +487,23 @@ pub fn train<B: AutodiffBackend>(
     let classes = model.config.classes;
     opts.check()?;
     let best = crate::checkpoint::claim_save(
-        opts.save.as_deref(),
-        opts.continued_from.as_deref(),
-        opts.resume,
-        opts.overwrite,
+        opts.run.save.as_deref(),
+        opts.run.continued_from.as_deref(),
+        opts.run.resume,
+        opts.run.overwrite,
     )?;
-    let optimizer = OptimizerSpec::adamw(opts.weight_decay);
+    let optimizer = OptimizerSpec::adamw(opts.run.weight_decay);
     let settings = DitSettings {
         data: opts.data_name.clone(),
-        steps: opts.steps,
-        batch: opts.batch,
-        parts: opts.parts,
-        lr: opts.lr,
-        warmup: opts.warmup,
-        decay_to: opts.decay_to,
-        clip: opts.clip,
+        steps: opts.run.steps,
+        batch: opts.run.batch,
+        parts: opts.run.parts,
+        lr: opts.run.lr,
+        warmup: opts.run.warmup,
+        decay_to: opts.run.decay_to,
+        clip: opts.run.clip,
         optimizer: optimizer.clone(),
-        seed: opts.seed,
+        seed: opts.run.seed,
         label_dropout: opts.label_dropout,
         time: opts.time,
         draw: opts.draw,
@@ -533,8 +514,8 @@ pub fn train<B: AutodiffBackend>(
     };
     let mut fingerprint = crate::run::fingerprint(&settings, &model.config);
     if let Some(o) = fingerprint.as_object_mut() {
-        o.insert("eval_every".into(), opts.eval_every.into());
-        o.insert("weight_decay".into(), opts.weight_decay.into());
+        o.insert("eval_every".into(), opts.run.eval_every.into());
+        o.insert("weight_decay".into(), opts.run.weight_decay.into());
     }
     let out = Arc::new(Mutex::new(DitReport::default()));
     let hook = DitHook {
@@ -542,37 +523,42 @@ pub fn train<B: AutodiffBackend>(
         opts: opts.clone(),
         judge,
         noise: grid_noise(10),
-        settings,
-        best,
+        keep: KeepBest::new(best, opts.run.save.clone(), settings),
+        last_step: 0,
         strip: Vec::new(),
         out: out.clone(),
     };
     let source = DigitSource::new(
         train,
-        opts.batch,
-        opts.seed,
+        opts.run.batch,
+        opts.run.seed,
         opts.label_dropout,
         opts.time,
         classes,
-        crate::loader::epoch_lengths(opts.steps, opts.eval_every),
+        crate::loader::epoch_lengths(opts.run.steps, opts.run.eval_every),
     );
-    let run = RunConfig {
-        dir: opts.run_dir.clone(),
+    let config = RunConfig {
+        dir: opts.run.run_dir.clone(),
         epochs: source.epochs(),
         accumulation: 1,
-        parts: opts.parts,
-        resume: opts.resume,
-        baseline: opts.continued_from.is_some(),
-        overwrite: opts.overwrite,
+        parts: opts.run.parts,
+        resume: opts.run.resume,
+        baseline: opts.run.continued_from.is_some(),
+        overwrite: opts.run.overwrite,
         settings: fingerprint,
         report: report.clone(),
-        unit: Some((opts.batch as f64, "images".into())),
+        unit: Some((opts.run.batch as f64, "images".into())),
     };
     let last = fit(
-        run,
+        config,
         model,
-        optimizer.build(opts.clip),
-        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        optimizer.build(opts.run.clip),
+        WarmupCosine::new(
+            opts.run.lr,
+            opts.run.warmup,
+            opts.run.steps,
+            opts.run.decay_to,
+        ),
         source,
         FixedNoiseEval::new(test, 64),
         |t| {
@@ -616,4 +602,227 @@ mod tests {
         let e = TimeSampling::parse("high").unwrap_err();
         assert!(e.contains("\"high\"") && e.contains("high-noise"), "{e}");
     }
+}
+
+/// A DiT run as the example starts it.
+#[derive(Clone, Debug)]
+pub struct DitRun {
+    /// The run; `run.continued_from` is the pipeline to start from (or, with 0 steps, to draw
+    /// with).
+    pub options: DitOptions,
+    /// The fresh model's shape (a continuation keeps its own).
+    pub layers: usize,
+    pub d_model: usize,
+    pub heads: usize,
+    pub patch: usize,
+    /// A saved judge; default: train one first (about 10 s).
+    pub judge: Option<PathBuf>,
+    /// Train on the full MNIST, fetched and verified, instead of the vendored subset.
+    pub download: bool,
+}
+
+impl DitRun {
+    /// The fresh model's configuration, or the refusal of a shape no model can have.
+    pub fn model_config(&self) -> Result<nervus_models::dit::DitConfig, TrainError> {
+        for (flag, v) in [
+            ("--layers", self.layers),
+            ("--d-model", self.d_model),
+            ("--heads", self.heads),
+            ("--patch", self.patch),
+        ] {
+            crate::checks::at_least_one(flag, v)?;
+        }
+        if !SIDE.is_multiple_of(self.patch) || !self.d_model.is_multiple_of(self.heads) {
+            return Err(TrainError::BadValue(crate::checks::BadValue {
+                flag: "--patch",
+                value: format!(
+                    "{} with --heads {} and --d-model {}",
+                    self.patch, self.heads, self.d_model
+                ),
+                rule: "--patch must divide 28 and --heads must divide --d-model",
+            }));
+        }
+        Ok(nervus_models::dit::DitConfig::digits()
+            .with_num_layers(self.layers)
+            .with_patch_size(self.patch)
+            .with_num_attention_heads(self.heads)
+            .with_attention_head_dim(self.d_model / self.heads))
+    }
+}
+
+/// The judge a DiT run reads its drawings with: the MNIST MLP saved in `judge`, or one trained
+/// here on `data` and saved in `out/judge`.
+pub fn judge_model<B: AutodiffBackend>(
+    judge: Option<&Path>,
+    data: &nervus_datasets::mnist::Mnist,
+    out: &Path,
+    report: &Reporter,
+    device: &B::Device,
+) -> Result<Mlp<B::InnerBackend>, TrainError> {
+    if let Some(dir) = judge {
+        return Mlp::load(dir, device)
+            .map_err(|e| TrainError::read(format!("loading the judge from {}", dir.display()), e));
+    }
+    let opts = crate::mnist::MnistOptions {
+        hidden: 128,
+        optimizer: OptimizerSpec::Sgd { momentum: 0.9 },
+        lr: 0.02,
+        epochs: 10,
+        batch: 32,
+        seed: 1,
+        save: Some(out.join("judge")),
+        run_dir: out.join("judge-train"),
+        // A deterministic by-product, trained again on every run without --judge.
+        overwrite: true,
+    };
+    let (model, r) = crate::mnist::train::<B>(
+        &opts,
+        Arc::new(data.train.clone()),
+        Arc::new(data.test.clone()),
+        Reporter::silent(),
+        device,
+    )?;
+    report.line(format!(
+        "judge: the MNIST MLP, trained here in {} to {:.1}% on the test split (saved in {})",
+        duration(r.seconds),
+        r.final_accuracy() * 100.0,
+        out.join("judge").display()
+    ));
+    Ok(model)
+}
+
+/// Runs `spec`: with 0 steps draws a grid with the loaded pipeline and has the judge read it;
+/// otherwise trains (a fresh model, or the loaded one) and reports the end. Everything that can
+/// be refused is refused before any data is read or a judge is trained.
+pub fn run<B: AutodiffBackend>(
+    spec: &DitRun,
+    report: &Reporter,
+    device: &B::Device,
+) -> Result<Option<DitReport>, TrainError> {
+    let opts = &spec.options;
+    let run = &opts.run;
+    let loaded = match &run.continued_from {
+        Some(dir) => {
+            if !dir.join("model_index.json").is_file() {
+                return Err(TrainError::read(
+                    dir.display().to_string(),
+                    "not a diffusers pipeline (no model_index.json); give the directory a run saved",
+                ));
+            }
+            Some(
+                diffusers::load_transformer::<B>(&dir.join("transformer"), device)
+                    .map_err(|e| TrainError::read(format!("loading {}", dir.display()), e))?,
+            )
+        }
+        None => None,
+    };
+    let fresh = match loaded {
+        None => Some(spec.model_config()?),
+        Some(_) => None,
+    };
+    if run.steps == 0 {
+        let Some(model) = loaded else {
+            return Err(TrainError::NothingLoaded("draw", "pipeline"));
+        };
+        opts.draw.check()?;
+        let data = nervus_datasets::mnist::Mnist::load(spec.download, None)?;
+        let judge = judge_model::<B>(spec.judge.as_deref(), &data, &opts.out, report, device)?;
+        draw_grid(&model.valid(), &judge, opts.draw, &opts.out, report)?;
+        return Ok(None);
+    }
+    opts.check()?;
+    if let Some(save) = &run.save {
+        crate::checkpoint::check_fresh_save(
+            save,
+            run.continued_from.as_deref(),
+            run.resume,
+            run.overwrite,
+        )?;
+    }
+    let data = nervus_datasets::mnist::Mnist::load(spec.download, None)?;
+    let judge = judge_model::<B>(spec.judge.as_deref(), &data, &opts.out, report, device)?;
+    let model = match (loaded, fresh) {
+        (Some(model), _) => model,
+        (None, Some(config)) => {
+            B::seed(device, run.seed);
+            config.init::<B>(device)
+        }
+        (None, None) => unreachable!("a fresh run has a configuration"),
+    };
+    let c = &model.config;
+    report.line(format!(
+        "data: MNIST ({}), {} training digits | model: DiT, {} blocks, d_model {}, {} heads, {}×{} patches ({} tokens): {} parameters | backend {}",
+        data.source,
+        data.train.len(),
+        c.num_layers,
+        c.d_model(),
+        c.num_attention_heads,
+        c.patch_size,
+        c.patch_size,
+        c.tokens(),
+        model.num_params(),
+        crate::backend::NAME
+    ));
+    let options = DitOptions {
+        data_name: data.source.clone(),
+        ..opts.clone()
+    };
+    let (result, _) = train(
+        &options,
+        Arc::new(data.train),
+        &data.test,
+        judge,
+        model,
+        report.clone(),
+    )?;
+    if let Some((_, _, _, v)) = result.checkpoints.last() {
+        report.line(format!(
+            "final judge {:.0}%, {} of 10 digits drawn at least half the time; {} in all; strip in {}",
+            v.score() * 100.0,
+            v.digits_drawn(),
+            duration(result.seconds),
+            opts.out.join("strip.png").display()
+        ));
+    }
+    if let (Some((step, loss)), Some(save)) = (result.best, &run.save) {
+        report.line(format!(
+            "best validation loss {loss:.4} at step {step}, saved in {}",
+            save.display()
+        ));
+    }
+    Ok(Some(result))
+}
+
+/// Draws every digit from the ten fixed noise images of [`grid_noise`] with `settings`, has the
+/// judge read the grid, and writes it to `out/grid-g<guidance>-s<steps>….png`.
+pub fn draw_grid<B: Backend>(
+    model: &Dit<B>,
+    judge_model: &Mlp<B>,
+    settings: DrawSettings,
+    out: &Path,
+    report: &Reporter,
+) -> Result<Verdict, TrainError> {
+    let digits: Vec<usize> = (0..10).collect();
+    let images = draw(model, &digits, &grid_noise(10), settings);
+    let verdict = judge(judge_model, &images, &digits, 10);
+    let mut name = format!("grid-g{}-s{}", settings.guidance, settings.steps);
+    if settings.shift != 1.0 {
+        name += &format!("-shift{}", settings.shift);
+    }
+    if settings.guidance_below < 1.0 {
+        name += &format!("-below{}", settings.guidance_below);
+        if settings.guidance_above != 1.0 {
+            name += &format!("-above{}", settings.guidance_above);
+        }
+    }
+    let path = out.join(format!("{name}.png"));
+    grid_png(&images, 10, 10, SIDE, 2, &path).map_err(TrainError::Hook)?;
+    report.line(format!(
+        "judge: {:.0}% read as asked ({} of 10 digits drawn); per digit {:?}; grid in {}",
+        verdict.score() * 100.0,
+        verdict.digits_drawn(),
+        verdict.right,
+        path.display()
+    ));
+    Ok(verdict)
 }

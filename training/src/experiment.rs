@@ -10,6 +10,7 @@
 use crate::gpt::{EvalSource, GptOptions, TextData};
 use crate::mnist::MnistOptions;
 use crate::optim::OptimizerSpec;
+use crate::options::RunOptions;
 use crate::report::Reporter;
 use crate::run::TrainError;
 use burn::tensor::backend::AutodiffBackend;
@@ -280,17 +281,25 @@ pub fn run<B: AutodiffBackend>(
                 _ => OptimizerSpec::adamw(0.1),
             };
             let opts = GptOptions {
+                run: RunOptions {
+                    steps,
+                    batch: 16,
+                    parts: 1,
+                    lr: s.lr.unwrap_or(0.003),
+                    warmup: warmup_steps(s.warmup, steps),
+                    decay_to: s.decay_to.unwrap_or(1.0),
+                    clip: s.clip.filter(|c| *c > 0.0),
+                    weight_decay: 0.1,
+                    seed,
+                    eval_every: spec.eval_every.unwrap_or(steps),
+                    save: None,
+                    run_dir,
+                    continued_from: None,
+                    resume: false,
+                    overwrite: true,
+                    stop_after: None,
+                },
                 model: config.clone(),
-                steps,
-                batch: 16,
-                parts: 1,
-                lr: s.lr.unwrap_or(0.003),
-                warmup: warmup_steps(s.warmup, steps),
-                decay_to: s.decay_to.unwrap_or(1.0),
-                clip: s.clip.filter(|c| *c > 0.0),
-                weight_decay: 0.1,
-                seed,
-                eval_every: spec.eval_every.unwrap_or(steps),
                 eval_windows: spec
                     .eval_windows
                     .unwrap_or_else(|| EvalSource::default_windows(config.context)),
@@ -300,11 +309,6 @@ pub fn run<B: AutodiffBackend>(
                     top_k: None,
                 },
                 prompt: String::new(),
-                save: None,
-                run_dir,
-                continued_from: None,
-                resume: false,
-                overwrite: true,
             };
             let report =
                 match crate::gpt::train_with(&opts, optimizer, &data, model, Reporter::silent()) {
@@ -442,17 +446,27 @@ fn run_lm<B: AutodiffBackend>(
         _ => OptimizerSpec::adamw(0.1),
     };
     let opts = LmOptions {
+        run: RunOptions {
+            steps,
+            batch: 16,
+            lr,
+            warmup: warmup_steps(s.warmup.or(Some(0.1)), steps),
+            decay_to: s.decay_to.unwrap_or(0.1),
+            clip: Some(s.clip.unwrap_or(1.0)).filter(|c| *c > 0.0),
+            seed,
+            eval_every: spec.eval_every.unwrap_or(steps),
+            save: None,
+            run_dir,
+            resume: false,
+            stop_after: None,
+            continued_from: None,
+            overwrite: true,
+            parts: 1,
+            weight_decay: 0.1,
+        },
         model: config,
-        steps,
-        batch: 16,
         accumulation: 1,
-        lr,
-        warmup: warmup_steps(s.warmup.or(Some(0.1)), steps),
-        decay_to: s.decay_to.unwrap_or(0.1),
-        clip: Some(s.clip.unwrap_or(1.0)).filter(|c| *c > 0.0),
         optimizer,
-        seed,
-        eval_every: spec.eval_every.unwrap_or(steps),
         eval_batches: spec.eval_windows.unwrap_or(20),
         doc_mask: s.doc_mask.unwrap_or(false),
         sample: SampleOptions {
@@ -461,12 +475,6 @@ fn run_lm<B: AutodiffBackend>(
             top_k: None,
         },
         prompt: String::new(),
-        save: None,
-        run_dir,
-        resume: false,
-        stop_after: None,
-        continued_from: None,
-        overwrite: true,
     };
     let report = match train(&opts, &corpus, model, Reporter::silent()) {
         Ok((report, _)) => report,

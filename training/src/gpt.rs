@@ -11,10 +11,12 @@
 
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
+use crate::options::{KeepBest, Record, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
 use crate::strategy::{EpochHook, EpochInfo, Score};
+use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
@@ -261,38 +263,24 @@ pub struct TrainingSettings {
     pub model: Option<GptConfig>,
 }
 
+impl Record for TrainingSettings {
+    fn record(&mut self, step: usize, valid_loss: f64) {
+        self.step = step;
+        self.valid_loss = Some(valid_loss);
+    }
+}
+
 /// Everything a GPT run needs besides the data.
 #[derive(Clone, Debug)]
 pub struct GptOptions {
     pub model: GptConfig,
-    pub steps: usize,
-    pub batch: usize,
-    /// Threads each batch is cut across ([`crate::shard`]; 1 = the model's own step).
-    pub parts: usize,
-    pub lr: f64,
-    /// Warm-up steps.
-    pub warmup: usize,
-    pub decay_to: f64,
-    /// Global-norm clipping threshold; `None` for no clipping.
-    pub clip: Option<f64>,
-    pub weight_decay: f64,
-    pub seed: u64,
-    pub eval_every: usize,
+    /// What every run shares (steps, schedule, saving, resuming).
+    pub run: RunOptions,
     pub eval_windows: usize,
     /// What the checkpoint sample looks like.
     pub sample: SampleOptions,
     /// The sample's prompt.
     pub prompt: String,
-    /// Where the best model is written.
-    pub save: Option<PathBuf>,
-    /// Burn's working directory for the run.
-    pub run_dir: PathBuf,
-    /// The directory the starting model came from (a continuation).
-    pub continued_from: Option<PathBuf>,
-    /// Continue a killed run from its newest checkpoint in `run_dir`.
-    pub resume: bool,
-    /// Start afresh over a model already at `save` and another run's checkpoints.
-    pub overwrite: bool,
 }
 
 /// What the run measured.
@@ -374,14 +362,18 @@ struct GptHook {
     opts: GptOptions,
     tokenizer: CharTokenizer,
     prompt: Vec<u32>,
-    settings: TrainingSettings,
-    best: f64,
+    keep: KeepBest<TrainingSettings>,
+    last_step: usize,
     out: Arc<Mutex<GptReport>>,
 }
 
 impl<B: Backend> EpochHook<Gpt<B>> for GptHook {
+    fn stop_requested(&self) -> bool {
+        self.opts.run.stops_at(self.last_step)
+    }
+
     fn baseline(&mut self, valid: Score, _model: &Gpt<B>) -> Result<(), String> {
-        self.best = valid.loss();
+        self.keep.baseline(valid.loss());
         self.out.lock().expect("report").baseline = Some(valid.loss());
         self.report.line(format!(
             "the starting model scores {:.4} on the validation windows: a checkpoint must beat that to be saved",
@@ -391,22 +383,17 @@ impl<B: Backend> EpochHook<Gpt<B>> for GptHook {
     }
 
     fn after_epoch(&mut self, info: &EpochInfo, model: &Gpt<B>) -> Result<(), String> {
-        let mut rng = Rng::stream(self.opts.seed ^ 0xA5A5, info.step as u64);
+        let mut rng = Rng::stream(self.opts.run.seed ^ 0xA5A5, info.step as u64);
         let sample =
             self.tokenizer
                 .decode(&generate(model, &self.prompt, &self.opts.sample, &mut rng));
+        self.last_step = info.step;
         let valid = info.valid.loss();
-        let mut note = String::new();
-        if valid < self.best {
-            self.best = valid;
-            self.out.lock().expect("report").best = Some((info.step, valid));
-            if let Some(dir) = &self.opts.save {
-                self.settings.step = info.step;
-                self.settings.valid_loss = Some(valid);
-                save_dir(model, &self.tokenizer, &self.settings, dir).map_err(|e| e.to_string())?;
-                note = format!("  saved to {}", dir.display());
-            }
-        }
+        let tokenizer = &self.tokenizer;
+        let note = self.keep.offer(info.step, valid, |settings, dir| {
+            save_dir(model, tokenizer, settings, dir)
+        })?;
+        self.out.lock().expect("report").best = self.keep.found;
         self.report.line(format!(
             "step {:>5}  train loss {:.3}  validation loss {:.3}  lr {:.2e}  ({}){note}",
             info.step,
@@ -437,7 +424,7 @@ pub fn train<B: AutodiffBackend>(
 ) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
     train_with(
         opts,
-        OptimizerSpec::adamw(opts.weight_decay),
+        OptimizerSpec::adamw(opts.run.weight_decay),
         data,
         model,
         report,
@@ -454,23 +441,14 @@ pub fn train_with<B: AutodiffBackend>(
 ) -> Result<(GptReport, Gpt<B::InnerBackend>), TrainError> {
     let context = model.context();
     opts.model.check()?;
-    crate::checks::schedule(
-        opts.steps,
-        opts.batch,
-        opts.parts,
-        opts.lr,
-        opts.decay_to,
-        opts.clip,
-        opts.weight_decay,
-        opts.eval_every,
-    )?;
+    opts.run.check()?;
     crate::checks::at_least_one("--eval-windows", opts.eval_windows)?;
     crate::checks::sample(&opts.sample)?;
     let best = crate::checkpoint::claim_save(
-        opts.save.as_deref(),
-        opts.continued_from.as_deref(),
-        opts.resume,
-        opts.overwrite,
+        opts.run.save.as_deref(),
+        opts.run.continued_from.as_deref(),
+        opts.run.resume,
+        opts.run.overwrite,
     )?;
     let prompt = data
         .tokenizer
@@ -484,19 +462,20 @@ pub fn train_with<B: AutodiffBackend>(
     let settings = TrainingSettings {
         data: data.name.clone(),
         data_sha256: data.sha256.clone(),
-        steps: opts.steps,
-        batch: opts.batch,
-        parts: opts.parts,
-        lr: opts.lr,
-        warmup: opts.warmup,
-        decay_to: opts.decay_to,
-        clip: opts.clip,
+        steps: opts.run.steps,
+        batch: opts.run.batch,
+        parts: opts.run.parts,
+        lr: opts.run.lr,
+        warmup: opts.run.warmup,
+        decay_to: opts.run.decay_to,
+        clip: opts.run.clip,
         optimizer: optimizer.clone(),
-        seed: opts.seed,
-        eval_every: opts.eval_every,
+        seed: opts.run.seed,
+        eval_every: opts.run.eval_every,
         eval_windows: opts.eval_windows,
         backend: crate::backend::NAME.to_string(),
         continued_from: opts
+            .run
             .continued_from
             .as_ref()
             .map(|p| p.display().to_string()),
@@ -511,36 +490,41 @@ pub fn train_with<B: AutodiffBackend>(
         opts: opts.clone(),
         tokenizer: data.tokenizer.clone(),
         prompt,
-        settings,
-        best,
+        keep: KeepBest::new(best, opts.run.save.clone(), settings),
+        last_step: 0,
         out: out.clone(),
     };
     let train_src = WindowSource::new(
         data,
         context,
-        opts.batch,
-        opts.seed,
-        opts.steps,
-        opts.eval_every,
+        opts.run.batch,
+        opts.run.seed,
+        opts.run.steps,
+        opts.run.eval_every,
     );
     let epochs = train_src.epochs();
-    let run = RunConfig {
-        dir: opts.run_dir.clone(),
+    let config = RunConfig {
+        dir: opts.run.run_dir.clone(),
         epochs,
         accumulation: 1,
-        parts: opts.parts.max(1),
-        resume: opts.resume,
-        baseline: opts.continued_from.is_some(),
-        overwrite: opts.overwrite,
+        parts: opts.run.parts.max(1),
+        resume: opts.run.resume,
+        baseline: opts.run.continued_from.is_some(),
+        overwrite: opts.run.overwrite,
         settings: fingerprint,
         report: report.clone(),
-        unit: Some(((opts.batch * context) as f64, "characters".into())),
+        unit: Some(((opts.run.batch * context) as f64, "characters".into())),
     };
     let last = fit(
-        run,
+        config,
         model,
-        optimizer.build(opts.clip),
-        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        optimizer.build(opts.run.clip),
+        WarmupCosine::new(
+            opts.run.lr,
+            opts.run.warmup,
+            opts.run.steps,
+            opts.run.decay_to,
+        ),
         train_src,
         EvalSource::new(data, context, opts.eval_windows, 64),
         |t| {
@@ -557,4 +541,201 @@ pub fn train_with<B: AutodiffBackend>(
         ));
     }
     Ok((out, last))
+}
+
+/// A GPT run as the example starts it.
+#[derive(Clone, Debug)]
+pub struct GptRun {
+    /// What every run shares; `continued_from` is the model to start from (or, with 0 steps, to
+    /// write with).
+    pub run: RunOptions,
+    /// The fresh model's size preset (small, medium, large) and the flags that change it (a
+    /// continuation keeps its own shape and refuses them).
+    pub size: String,
+    pub layers: Option<usize>,
+    pub heads: Option<usize>,
+    pub d_model: Option<usize>,
+    pub context: Option<usize>,
+    /// Fixed validation windows (default: [`EvalSource::default_windows`]).
+    pub eval_windows: Option<usize>,
+    /// How the model writes at the end (the checkpoint samples share its temperature and top-k
+    /// and are 80 characters long).
+    pub sample: SampleOptions,
+    pub prompt: String,
+    /// A corpus to fetch (tiny-shakespeare), or a text file; else the vendored Shakespeare.
+    pub download: Option<String>,
+    pub data: Option<PathBuf>,
+}
+
+/// What a GPT run did: trained (its report), and what the model it leaves wrote.
+pub struct GptOutcome {
+    pub report: Option<GptReport>,
+    /// The saved model's continuation of the prompt (the prompt not included).
+    pub writes: Option<String>,
+}
+
+/// `model` continuing `prompt` (from a line break where it is empty) with `sample`, seeded by
+/// `seed`.
+pub fn write<B: Backend>(
+    model: &Gpt<B>,
+    tokenizer: &CharTokenizer,
+    prompt: &str,
+    sample: &SampleOptions,
+    seed: u64,
+) -> Result<String, TrainError> {
+    crate::checks::sample(sample)?;
+    let ids = if prompt.is_empty() {
+        // Start at a line break, or where the text has none, at its vocabulary's first character.
+        tokenizer.encode("\n", "").unwrap_or_else(|_| vec![0])
+    } else {
+        tokenizer
+            .encode(prompt, "--prompt")
+            .map_err(|e| TrainError::Hook(e.to_string()))?
+    };
+    Ok(tokenizer.decode(&generate(model, &ids, sample, &mut Rng::new(seed))))
+}
+
+/// Runs `spec`: with 0 steps writes with the loaded model; otherwise reads the text, starts the
+/// model (fresh from the preset, or the loaded one), trains it, and has the saved model write.
+pub fn run<B: AutodiffBackend>(
+    spec: &GptRun,
+    report: &Reporter,
+    device: &B::Device,
+) -> Result<GptOutcome, TrainError> {
+    let run = &spec.run;
+    if run.continued_from.is_some() {
+        for (flag, given) in [
+            ("--layers", spec.layers),
+            ("--heads", spec.heads),
+            ("--d-model", spec.d_model),
+            ("--context", spec.context),
+        ] {
+            if given.is_some() {
+                return Err(TrainError::ShapeWithLoad(flag));
+            }
+        }
+    }
+    let loaded = match &run.continued_from {
+        Some(dir) => Some(
+            load_dir::<B>(dir, device)
+                .map_err(|e| TrainError::read(format!("loading {}", dir.display()), e))?,
+        ),
+        None => None,
+    };
+    if run.steps == 0 {
+        let Some((model, tokenizer, _)) = loaded else {
+            return Err(TrainError::NothingLoaded("write", "model"));
+        };
+        let text = write(
+            &model.valid(),
+            &tokenizer,
+            &spec.prompt,
+            &spec.sample,
+            run.seed,
+        )?;
+        return Ok(GptOutcome {
+            report: None,
+            writes: Some(text),
+        });
+    }
+    let (name, text) =
+        nervus_datasets::corpus::char_corpus(spec.download.as_deref(), spec.data.as_deref())?;
+    let model_config = match &loaded {
+        Some((m, _, _)) => m.config.clone(),
+        None => {
+            let size = nervus_models::gpt::GptSize::parse(&spec.size).ok_or_else(|| {
+                crate::checks::BadValue {
+                    flag: "--size",
+                    value: spec.size.clone(),
+                    rule: "one of small, medium, large",
+                }
+            })?;
+            let mut c = size.config(CharTokenizer::from_text(&text).vocab_size());
+            c.layers = spec.layers.unwrap_or(c.layers);
+            c.heads = spec.heads.unwrap_or(c.heads);
+            c.d_model = spec.d_model.unwrap_or(c.d_model);
+            c.context = spec.context.unwrap_or(c.context);
+            c.check()?;
+            c
+        }
+    };
+    let data = TextData::new(
+        &name,
+        &text,
+        loaded.as_ref().map(|l| l.1.clone()),
+        model_config.context,
+    )
+    .map_err(|e| TrainError::Input(Box::new(e)))?;
+    let model = match loaded {
+        Some((m, _, _)) => m,
+        None => {
+            B::seed(device, run.seed);
+            model_config.init::<B>(device)
+        }
+    };
+    let (know_nothing, know_letters) = data.losses_to_beat();
+    let c = &model_config;
+    report.line(format!(
+        "data: {} ({} characters, {} distinct; {} train / {} validation)",
+        data.name,
+        data.ids.len(),
+        data.tokenizer.vocab_size(),
+        data.split,
+        data.ids.len() - data.split
+    ));
+    report.line(format!(
+        "model: {} layers, {} heads, d_model {}, context {}, vocab {}: {} parameters | backend {}",
+        c.layers,
+        c.heads,
+        c.d_model,
+        c.context,
+        c.vocab,
+        model.num_params(),
+        crate::backend::NAME
+    ));
+    report.line(format!(
+        "loss to beat: {know_nothing:.3} knowing nothing (ln {}), {know_letters:.3} knowing only letter frequencies",
+        data.tokenizer.vocab_size()
+    ));
+    let opts = GptOptions {
+        model: model_config.clone(),
+        run: run.clone(),
+        eval_windows: spec
+            .eval_windows
+            .unwrap_or_else(|| EvalSource::default_windows(model_config.context)),
+        sample: SampleOptions {
+            length: 80,
+            ..spec.sample.clone()
+        },
+        prompt: spec.prompt.clone(),
+    };
+    let (result, _) = train(&opts, &data, model, report.clone())?;
+    match (result.best, &run.save) {
+        (Some((step, loss)), Some(save)) => report.line(format!(
+            "best validation loss {loss:.4} at step {step}, saved in {} ({} in all)",
+            save.display(),
+            duration(result.seconds)
+        )),
+        _ => report.line(format!(
+            "no checkpoint improved on the starting model ({} in all)",
+            duration(result.seconds)
+        )),
+    }
+    let writes = match &run.save {
+        Some(save) => match load_dir::<B::InnerBackend>(save, device) {
+            Ok((best, tokenizer, _)) => Some(write(
+                &best,
+                &tokenizer,
+                &spec.prompt,
+                &spec.sample,
+                run.seed,
+            )?),
+            Err(_) => None,
+        },
+        None => None,
+    };
+    Ok(GptOutcome {
+        report: Some(result),
+        writes,
+    })
 }

@@ -5,12 +5,14 @@
 //! save after an epoch) lives in one module per model.
 
 pub mod alloc;
+pub mod atomic;
 pub mod backend;
 pub mod backend_check;
 pub mod bench;
 pub mod checkpoint;
 pub mod checks;
 pub mod dit;
+pub mod error;
 pub mod experiment;
 pub mod gpt;
 pub mod lm;

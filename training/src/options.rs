@@ -6,9 +6,9 @@
 //! shows the values a run will use.
 
 use crate::checks::{self, BadValue};
-use crate::dit::DrawSettings;
 use crate::schedule::warmup_steps;
 use clap::Parser;
+use nervus_inference::drawing::DrawSettings;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -141,6 +141,26 @@ impl RunArgs {
             resume: self.resume,
             stop_after: self.stop_after,
             overwrite: self.overwrite,
+        })
+    }
+}
+
+impl RunArgs {
+    /// [`RunArgs::options`] with `--save` defaulting to the `--load`ed model's directory (a
+    /// continuation replaces the model it started from, and only with a better one), else to
+    /// `default_save`; the run's working directory is `train/` beside it.
+    pub fn options_beside(&self, default_save: &str) -> Result<RunOptions, BadValue> {
+        let save = self
+            .save
+            .clone()
+            .or_else(|| self.load.clone())
+            .unwrap_or_else(|| PathBuf::from(default_save));
+        let run_dir = save
+            .parent()
+            .map_or_else(|| PathBuf::from("train"), |p| p.join("train"));
+        Ok(RunOptions {
+            save: Some(save),
+            ..self.options(run_dir)?
         })
     }
 }
@@ -377,10 +397,8 @@ mod tests {
         assert_eq!(b.steps, 7);
         let o = b.options(PathBuf::from("r")).unwrap();
         assert_eq!((o.clip, o.warmup), (None, 1));
-        for bad in ["-1", "NaN"] {
-            let e = parse(&["x", "--clip", bad])
-                .options(PathBuf::from("r"))
-                .unwrap_err();
+        for bad in ["--clip=-1", "--clip=NaN"] {
+            let e = parse(&["x", bad]).options(PathBuf::from("r")).unwrap_err();
             assert_eq!(e.flag, "--clip", "{bad}");
         }
     }

@@ -7,10 +7,6 @@ use crate::renderer::PlainRenderer;
 use crate::report::{Reporter, Ui};
 use crate::schedule::WarmupCosine;
 use crate::strategy::{EpochHook, Scored, StepStrategy};
-use burn::record::{
-    FileRecorder, FullPrecisionSettings, NamedMpkBytesRecorder, NamedMpkFileRecorder, Recorder,
-    RecorderError,
-};
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::{
@@ -24,53 +20,7 @@ use std::sync::{Arc, Mutex};
 /// The learner's component types for a model `M` on backend `B`.
 pub type Components<B, M> = LearningComponentsMarker<B, WarmupCosine, M, TrainOptim<M, B>>;
 
-/// Why a run stopped without finishing.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    #[error("{0}")]
-    Hook(String),
-    #[error("{path}: {problem}")]
-    Resume { path: PathBuf, problem: String },
-    #[error(transparent)]
-    Occupied(#[from] crate::checkpoint::Occupied),
-    #[error(transparent)]
-    BadValue(#[from] crate::checks::BadValue),
-    #[error(transparent)]
-    Config(#[from] nervus_models::gpt::ConfigError),
-    #[error(transparent)]
-    Draw(#[from] nervus_inference::drawing::DrawSettingsError),
-    /// Something the run reads could not be used: a saved model, a judge, data.
-    #[error("{what}: {source}")]
-    Read {
-        what: String,
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A checkpoint could not be written (a full disk, a directory that went away): the run
-    /// stopped there; what was saved before is unchanged.
-    #[error("training stopped: a checkpoint could not be written: {0}")]
-    Checkpoint(String),
-    /// The training or validation loss became NaN or infinite: the run stopped at that epoch's
-    /// end. An outcome an experiment records (a learning rate too high), not a broken run.
-    #[error(
-        "training diverged by step {step}: training loss {train:.4}, validation loss {valid:.4}; \
-         stopped; the best model and the last checkpoint saved so far are unchanged"
-    )]
-    Diverged { step: usize, train: f64, valid: f64 },
-}
-
-impl TrainError {
-    /// A [`TrainError::Read`] of `what` (a file or directory named in it) that failed with
-    /// `source`.
-    pub fn read(
-        what: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        Self::Read {
-            what: what.into(),
-            source: source.into(),
-        }
-    }
-}
+pub use crate::error::TrainError;
 
 /// How to run.
 pub struct RunConfig {
@@ -96,91 +46,7 @@ pub struct RunConfig {
     pub unit: Option<(f64, String)>,
 }
 
-/// A file recorder that writes through a temporary file and a rename, so that a checkpoint on
-/// disk is always a whole one, and reports a failed write. (Burn's file recorders delete the old
-/// file, then write the new one in place, and drop a write error on the floor.)
-#[derive(Debug, Default, Clone)]
-pub struct AtomicRecorder(NamedMpkFileRecorder<FullPrecisionSettings>);
-
-impl<B: burn::prelude::Backend> Recorder<B> for AtomicRecorder {
-    type Settings = FullPrecisionSettings;
-    type RecordArgs = PathBuf;
-    type RecordOutput = ();
-    type LoadArgs = PathBuf;
-
-    fn save_item<I: serde::Serialize>(&self, item: I, file: PathBuf) -> Result<(), RecorderError> {
-        let ext = <Self as FileRecorder<B>>::file_extension();
-        let target = file.with_extension(ext);
-        // The same bytes Burn's file recorder writes, but every write error is seen: Burn's
-        // writer is dropped unflushed, so a full disk left an empty file that looked saved.
-        let bytes = <NamedMpkBytesRecorder<FullPrecisionSettings> as Recorder<B>>::save_item(
-            &NamedMpkBytesRecorder::new(),
-            item,
-            (),
-        )?;
-        write_atomically(&target, &bytes).map_err(|e| RecorderError::Unknown(e.to_string()))
-    }
-
-    fn load_item<I: serde::de::DeserializeOwned>(
-        &self,
-        file: &mut PathBuf,
-    ) -> Result<I, RecorderError> {
-        <NamedMpkFileRecorder<FullPrecisionSettings> as Recorder<B>>::load_item(&self.0, file)
-    }
-}
-
-impl<B: burn::prelude::Backend> FileRecorder<B> for AtomicRecorder {
-    fn file_extension() -> &'static str {
-        "mpk"
-    }
-}
-
-/// `NERVUS_WRITE_DELAY_MS`: milliseconds every checkpoint and model write waits between writing
-/// its temporary copy and renaming it into place, so that `cargo xtask kill-test` can land kills
-/// inside writes. Unset (the default): no wait.
-static WRITE_DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-    std::sync::LazyLock::new(|| {
-        std::env::var("NERVUS_WRITE_DELAY_MS")
-            .ok()?
-            .parse()
-            .ok()
-            .map(std::time::Duration::from_millis)
-    });
-
-/// Waits `NERVUS_WRITE_DELAY_MS` where that is set (see [`WRITE_DELAY`]).
-pub fn hold_the_write_open() {
-    if let Some(d) = *WRITE_DELAY {
-        std::thread::sleep(d);
-    }
-}
-
-/// `bytes` into `target` through a temporary file beside it, synced to the disk before the
-/// rename, so that `target` is the old file or the whole new one. A failed write removes the
-/// temporary file and leaves `target` alone.
-pub fn write_atomically(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let staging = PathBuf::from(format!("{}.partial", target.display()));
-    let write = || -> std::io::Result<()> {
-        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let mut f = std::fs::File::create(&staging)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    };
-    let result = write();
-    hold_the_write_open();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&staging);
-        return Err(std::io::Error::new(
-            e.kind(),
-            format!("writing {}: {e}", target.display()),
-        ));
-    }
-    std::fs::rename(&staging, target).map_err(|e| {
-        std::io::Error::new(e.kind(), format!("renaming into {}: {e}", target.display()))
-    })
-}
+pub use crate::atomic::{AtomicRecorder, hold_the_write_open, write_atomically};
 
 /// What a run's checkpoint directory (`dir/checkpoint`) holds.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -131,7 +131,7 @@ pub struct StepStrategy<LC: LearningComponentsTypes> {
     /// Measure the starting model before training.
     pub baseline: bool,
     /// Set when the hook failed or the loss diverged; the run reports it.
-    pub error: Arc<Mutex<Option<crate::run::TrainError>>>,
+    pub error: Arc<Mutex<Option<crate::error::TrainError>>>,
 }
 
 fn validate<LC>(
@@ -190,7 +190,7 @@ where
         let epochs = components.num_epochs;
         let k = self.accumulation.max(1);
         let started = std::time::Instant::now();
-        let fail = |e: crate::run::TrainError| {
+        let fail = |e: crate::error::TrainError| {
             *self.error.lock().expect("error slot") = Some(e);
             interrupter.stop(Some(HOOK_FAILED));
         };
@@ -199,7 +199,7 @@ where
             let model = learner.model().valid();
             let score = validate::<LC>(&model, &valid, 0, &Progress::new(0, epochs), None);
             if let Err(e) = self.hook.lock().expect("hook").baseline(score, &model) {
-                fail(crate::run::TrainError::Hook(e));
+                fail(crate::error::TrainError::Hook(e));
             }
         }
 
@@ -262,7 +262,7 @@ where
             let model = learner.model().valid();
             let valid_score = validate::<LC>(&model, &valid, epoch, &global, Some(&mut processor));
             if !(train_score.loss().is_finite() && valid_score.loss().is_finite()) {
-                fail(crate::run::TrainError::Diverged {
+                fail(crate::error::TrainError::Diverged {
                     step,
                     train: train_score.loss(),
                     valid: valid_score.loss(),
@@ -282,7 +282,7 @@ where
             // its checkpoint has saved its model, and one killed before it replays the epoch.
             let mut hook = self.hook.lock().expect("hook");
             if let Err(e) = hook.after_epoch(&info, &model) {
-                fail(crate::run::TrainError::Hook(e));
+                fail(crate::error::TrainError::Hook(e));
                 break;
             }
             if let Some(c) = &mut checkpointer {

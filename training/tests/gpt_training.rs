@@ -12,6 +12,7 @@ use nervus_models::gpt::{Gpt, GptConfig};
 use nervus_models::named;
 use nervus_training::gpt::{GptOptions, TextData, load_dir, save_dir, train};
 use nervus_training::optim::OptimizerSpec;
+use nervus_training::options::RunOptions;
 use nervus_training::report::Reporter;
 use std::path::PathBuf;
 
@@ -96,17 +97,25 @@ fn memorises_one_short_sequence() {
 
 fn options(steps: usize, every: usize, save: Option<PathBuf>, run_dir: PathBuf) -> GptOptions {
     GptOptions {
+        run: RunOptions {
+            steps,
+            batch: 4,
+            parts: 1,
+            lr: 1e-2,
+            warmup: 0,
+            decay_to: 1.0,
+            clip: Some(1.0),
+            weight_decay: 0.0,
+            seed: 7,
+            eval_every: every,
+            save,
+            run_dir,
+            continued_from: None,
+            resume: false,
+            overwrite: false,
+            stop_after: None,
+        },
         model: tiny(2, 8),
-        steps,
-        batch: 4,
-        parts: 1,
-        lr: 1e-2,
-        warmup: 0,
-        decay_to: 1.0,
-        clip: Some(1.0),
-        weight_decay: 0.0,
-        seed: 7,
-        eval_every: every,
         eval_windows: 8,
         sample: SampleOptions {
             length: 4,
@@ -114,11 +123,6 @@ fn options(steps: usize, every: usize, save: Option<PathBuf>, run_dir: PathBuf) 
             top_k: None,
         },
         prompt: String::new(),
-        save,
-        run_dir,
-        continued_from: None,
-        resume: false,
-        overwrite: false,
     }
 }
 
@@ -195,7 +199,7 @@ fn a_continuation_that_helps_nothing_changes_nothing() {
     let (model, tok, _) = load_dir::<B>(&save, &Default::default()).unwrap();
     assert_eq!(tok, data.tokenizer);
     let mut opts = options(12, 4, Some(save.clone()), dir.join("train"));
-    opts.continued_from = Some(save.clone());
+    opts.run.continued_from = Some(save.clone());
     let (report, _) = train(&opts, &data, model, Reporter::plain()).unwrap();
     let base = report
         .baseline
@@ -274,8 +278,8 @@ fn a_diverging_run_stops_and_says_so() {
     let data = TextData::new("ab", &text, None, 8).unwrap();
     let dir = scratch("diverge");
     let mut opts = options(8, 2, None, dir.join("train"));
-    opts.lr = 1e30;
-    opts.clip = None;
+    opts.run.lr = 1e30;
+    opts.run.clip = None;
     let model: Gpt<B> = tiny(2, 8).init(&Default::default());
     let result = nervus_training::gpt::train_with(
         &opts,

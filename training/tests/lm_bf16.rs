@@ -9,6 +9,7 @@ use nervus_datasets::documents::{AUSTEN, Source};
 use nervus_inference::generate::SampleOptions;
 use nervus_training::lm::{CorpusOptions, LmOptions, LmPreset, prepare, train};
 use nervus_training::optim::OptimizerSpec;
+use nervus_training::options::RunOptions;
 use nervus_training::report::Reporter;
 
 type B = Autodiff<burn::backend::Flex>;
@@ -39,17 +40,27 @@ fn a_short_run_trains_in_bf16() {
     )
     .unwrap();
     let opts = LmOptions {
+        run: RunOptions {
+            steps: 20,
+            batch: 4,
+            lr: 0.01,
+            warmup: 2,
+            decay_to: 0.1,
+            clip: Some(1.0),
+            seed: 7,
+            eval_every: 10,
+            save: Some(dir.join("model")),
+            run_dir: dir.join("train"),
+            resume: false,
+            stop_after: None,
+            continued_from: None,
+            overwrite: false,
+            parts: 1,
+            weight_decay: 0.0,
+        },
         model: LmPreset::Tiny.config(300).with_context(16),
-        steps: 20,
-        batch: 4,
         accumulation: 1,
-        lr: 0.01,
-        warmup: 2,
-        decay_to: 0.1,
-        clip: Some(1.0),
         optimizer: OptimizerSpec::muon(0.01, 0.05, 0.1),
-        seed: 7,
-        eval_every: 10,
         eval_batches: 3,
         doc_mask: true,
         sample: SampleOptions {
@@ -58,12 +69,6 @@ fn a_short_run_trains_in_bf16() {
             top_k: Some(20),
         },
         prompt: String::new(),
-        save: Some(dir.join("model")),
-        run_dir: dir.join("train"),
-        resume: false,
-        stop_after: None,
-        continued_from: None,
-        overwrite: false,
     };
     B::seed(&dev, 3);
     let model = opts.model.init::<B>(&dev);

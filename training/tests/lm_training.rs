@@ -12,6 +12,7 @@ use nervus_training::lm::{
 };
 use nervus_training::loader::BatchSource;
 use nervus_training::optim::OptimizerSpec;
+use nervus_training::options::RunOptions;
 use nervus_training::report::Reporter;
 use nervus_training::run::{RunConfig, fit};
 use nervus_training::schedule::WarmupCosine;
@@ -57,17 +58,27 @@ fn corpus(root: &Path) -> Corpus {
 
 fn options(dir: &Path, steps: usize, every: usize) -> LmOptions {
     LmOptions {
+        run: RunOptions {
+            steps,
+            batch: 4,
+            lr: 0.01,
+            warmup: 2,
+            decay_to: 0.1,
+            clip: Some(1.0),
+            seed: 7,
+            eval_every: every,
+            save: Some(dir.join("model")),
+            run_dir: dir.join("train"),
+            resume: false,
+            stop_after: None,
+            continued_from: None,
+            overwrite: false,
+            parts: 1,
+            weight_decay: 0.0,
+        },
         model: LmPreset::Tiny.config(300).with_context(16),
-        steps,
-        batch: 4,
         accumulation: 1,
-        lr: 0.01,
-        warmup: 2,
-        decay_to: 0.1,
-        clip: Some(1.0),
         optimizer: OptimizerSpec::adamw(0.1),
-        seed: 7,
-        eval_every: every,
         eval_batches: 3,
         doc_mask: true,
         sample: SampleOptions {
@@ -76,12 +87,6 @@ fn options(dir: &Path, steps: usize, every: usize) -> LmOptions {
             top_k: Some(20),
         },
         prompt: String::new(),
-        save: Some(dir.join("model")),
-        run_dir: dir.join("train"),
-        resume: false,
-        stop_after: None,
-        continued_from: None,
-        overwrite: false,
     }
 }
 
@@ -149,7 +154,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
 
     let parts_dir = dir.join("parts");
     let mut first = options(&parts_dir, 6, 2);
-    first.stop_after = Some(2);
+    first.run.stop_after = Some(2);
     let (stopped, _) = train(&first, &corpus, fresh(&first.model), Reporter::silent()).unwrap();
     assert_eq!(
         stopped
@@ -161,7 +166,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
         "--stop-after 2 ends the run at its first evaluation"
     );
     let mut second = options(&parts_dir, 6, 2);
-    second.resume = true;
+    second.run.resume = true;
     // A different starting model: the resume must replace it with the checkpoint's.
     let other = fresh_seeded(&second.model, 999);
     let (resumed, resumed_model) = train(&second, &corpus, other, Reporter::silent()).unwrap();
@@ -200,7 +205,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
     let ckpt = parts_dir.join("train/checkpoint");
     std::fs::remove_file(ckpt.join("optim-3.mpk")).unwrap();
     let mut third = options(&parts_dir, 6, 2);
-    third.resume = true;
+    third.run.resume = true;
     train(&third, &corpus, fresh(&third.model), Reporter::silent()).unwrap();
     assert_eq!(logged_steps(&metrics), vec![2, 4, 6]);
     let _ = std::fs::remove_dir_all(dir);

@@ -8,6 +8,7 @@ use nervus_inference::generate::SampleOptions;
 use nervus_models::gpt::{Gpt, GptConfig};
 use nervus_models::named;
 use nervus_training::gpt::{GptOptions, TextData, train};
+use nervus_training::options::RunOptions;
 use nervus_training::report::Reporter;
 use nervus_training::run::TrainError;
 use std::path::{Path, PathBuf};
@@ -53,17 +54,25 @@ fn fresh(config: &GptConfig) -> Gpt<B> {
 
 fn options(dir: &Path, steps: usize, every: usize) -> GptOptions {
     GptOptions {
+        run: RunOptions {
+            steps,
+            batch: 4,
+            parts: 1,
+            lr: 1e-2,
+            warmup: 0,
+            decay_to: 1.0,
+            clip: Some(1.0),
+            weight_decay: 0.0,
+            seed: 7,
+            eval_every: every,
+            save: Some(dir.join("model")),
+            run_dir: dir.join("train"),
+            continued_from: None,
+            resume: false,
+            overwrite: false,
+            stop_after: None,
+        },
         model: tiny(8),
-        steps,
-        batch: 4,
-        parts: 1,
-        lr: 1e-2,
-        warmup: 0,
-        decay_to: 1.0,
-        clip: Some(1.0),
-        weight_decay: 0.0,
-        seed: 7,
-        eval_every: every,
         eval_windows: 8,
         sample: SampleOptions {
             length: 2,
@@ -71,11 +80,6 @@ fn options(dir: &Path, steps: usize, every: usize) -> GptOptions {
             top_k: None,
         },
         prompt: String::new(),
-        save: Some(dir.join("model")),
-        run_dir: dir.join("train"),
-        continued_from: None,
-        resume: false,
-        overwrite: false,
     }
 }
 
@@ -100,7 +104,7 @@ fn a_fresh_run_refuses_to_replace_a_saved_model_unless_told_to() {
     let before = read(&file);
 
     let mut again = options(&dir, 2, 2);
-    again.lr = 0.5;
+    again.run.lr = 0.5;
     let err = train(&again, &data, fresh(&again.model), Reporter::silent()).unwrap_err();
     let msg = err.to_string();
     assert!(
@@ -113,7 +117,7 @@ fn a_fresh_run_refuses_to_replace_a_saved_model_unless_told_to() {
     );
     assert_eq!(read(&file), before, "the saved model is byte-identical");
 
-    again.overwrite = true;
+    again.run.overwrite = true;
     train(&again, &data, fresh(&again.model), Reporter::silent()).unwrap();
     assert_ne!(read(&file), before, "--overwrite replaces it");
     let _ = std::fs::remove_dir_all(dir);
@@ -125,20 +129,20 @@ fn nonsense_numbers_are_refused_before_any_step_naming_the_flag() {
     let data = data();
     type Change = Box<dyn Fn(&mut GptOptions)>;
     let cases: Vec<(&str, Change)> = vec![
-        ("--batch", Box::new(|o| o.batch = 0)),
-        ("--steps", Box::new(|o| o.steps = 0)),
-        ("--lr", Box::new(|o| o.lr = -1.0)),
-        ("--lr", Box::new(|o| o.lr = f64::NAN)),
-        ("--decay-to", Box::new(|o| o.decay_to = -2.0)),
+        ("--batch", Box::new(|o| o.run.batch = 0)),
+        ("--steps", Box::new(|o| o.run.steps = 0)),
+        ("--lr", Box::new(|o| o.run.lr = -1.0)),
+        ("--lr", Box::new(|o| o.run.lr = f64::NAN)),
+        ("--decay-to", Box::new(|o| o.run.decay_to = -2.0)),
         ("--eval-windows", Box::new(|o| o.eval_windows = 0)),
-        ("--eval-every", Box::new(|o| o.eval_every = 0)),
+        ("--eval-every", Box::new(|o| o.run.eval_every = 0)),
         ("--temperature", Box::new(|o| o.sample.temperature = -1.0)),
         (
             "--temperature",
             Box::new(|o| o.sample.temperature = f64::NAN),
         ),
         ("--top-k", Box::new(|o| o.sample.top_k = Some(0))),
-        ("--parts", Box::new(|o| o.parts = 5)),
+        ("--parts", Box::new(|o| o.run.parts = 5)),
     ];
     for (flag, change) in cases {
         let mut o = options(&dir, 4, 2);
@@ -177,7 +181,7 @@ fn a_gpt_run_resumed_after_a_kill_is_the_run_that_never_stopped() {
     std::fs::remove_file(ckpt.join("optim-3.mpk")).unwrap();
     std::fs::remove_file(ckpt.join("scheduler-3.mpk")).unwrap();
     let mut again = options(&cut, 6, 2);
-    again.resume = true;
+    again.run.resume = true;
     // The model passed in is a fresh one: the checkpoint's weights must replace it.
     let (report, resumed) = train(&again, &data, fresh(&again.model), Reporter::silent()).unwrap();
     assert_eq!(
@@ -201,15 +205,15 @@ fn a_resume_with_another_shape_or_schedule_is_refused_and_changes_nothing() {
     let before = read(&file);
 
     let mut wider = options(&dir, 6, 2);
-    wider.resume = true;
+    wider.run.resume = true;
     wider.model = wider.model.with_d_model(16);
     let err = train(&wider, &data, fresh(&wider.model), Reporter::silent()).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("model.d_model 16 (saved run: 8)"), "{msg}");
 
     let mut longer = options(&dir, 6, 2);
-    longer.resume = true;
-    longer.steps = 8;
+    longer.run.resume = true;
+    longer.run.steps = 8;
     let err = train(&longer, &data, fresh(&longer.model), Reporter::silent()).unwrap_err();
     assert!(err.to_string().contains("steps 8 (saved run: 6)"), "{err}");
     assert_eq!(read(&file), before, "the saved model is byte-identical");
@@ -235,7 +239,7 @@ fn a_resume_of_a_broken_first_checkpoint_or_of_nothing_says_so_and_starts_over()
     )
     .unwrap();
     let mut again = options(&cut, 4, 2);
-    again.resume = true;
+    again.run.resume = true;
     let log = dir.join("log.txt");
     let report = Reporter::new(nervus_training::report::Ui::Plain, Some(log.clone()));
     let (_, resumed) = train(&again, &data, fresh(&again.model), report.clone()).unwrap();
@@ -249,7 +253,7 @@ fn a_resume_of_a_broken_first_checkpoint_or_of_nothing_says_so_and_starts_over()
 
     let empty = dir.join("nothing");
     let mut first = options(&empty, 2, 2);
-    first.resume = true;
+    first.run.resume = true;
     let log = dir.join("log2.txt");
     let report = Reporter::new(nervus_training::report::Ui::Plain, Some(log.clone()));
     train(&first, &data, fresh(&first.model), report.clone()).unwrap();

@@ -10,9 +10,15 @@
 //! `Rng::stream(seed, n)`), and the evaluation windows of a corpus are drawn once by a stream of
 //! their own; so a resumed run reads the same batches an uninterrupted one would, and two runs,
 //! checkpoints or thread counts are scored on the same tokens.
+//!
+//! The data lives in [`data`]; here are the settings, the run and its hook.
 
-use crate::loader::{BatchSource, epoch_lengths};
+pub mod data;
+
+use crate::checks::BadValue;
+use crate::loader::epoch_lengths;
 use crate::optim::OptimizerSpec;
+use crate::options::{KeepBest, Record, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -20,46 +26,19 @@ use crate::strategy::{EpochHook, EpochInfo, Score};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{LearningRateMetric, LossMetric};
-use nervus_datasets::DataError;
-use nervus_datasets::bpe::{self, Bpe};
-use nervus_datasets::documents::Source;
-use nervus_datasets::download::sha256_hex;
+pub use data::{
+    Corpus, CorpusOptions, EvalWindows, LmError, ShardWindows, bits_per_byte, document_mask,
+    prepare,
+};
+use nervus_datasets::bpe::Bpe;
 use nervus_datasets::rng::Rng;
-use nervus_datasets::shards::{self, CorpusManifest, Shards, Split};
 use nervus_inference::generate::{SampleOptions, generate};
 use nervus_models::checkpoint::{CheckpointError, write_json};
-use nervus_models::gpt::{Gpt, GptConfig, LmBatch};
+use nervus_models::gpt::{Gpt, GptConfig};
 use nervus_models::native;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// The stream evaluation windows are drawn from (independent of any run's seed).
-const EVAL_SEED: u64 = 0xB1_75_BE_7E;
-
-/// Ids per shard file.
-const SHARD_TOKENS: usize = 1 << 20;
-
-/// Why the language model cannot run.
-#[derive(Debug, thiserror::Error)]
-pub enum LmError {
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(
-        "{corpus}: the {split} split holds {tokens} tokens, too few for a window of {need} \
-         (context + 1); use a longer text, a smaller --context or a larger held-out share"
-    )]
-    TooShort {
-        corpus: String,
-        split: &'static str,
-        tokens: usize,
-        need: usize,
-    },
-    #[error("{0}")]
-    Train(#[from] TrainError),
-}
 
 /// The size presets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,380 +87,6 @@ impl LmPreset {
     }
 }
 
-/// A tokenized corpus ready to train on.
-pub struct Corpus {
-    pub name: String,
-    /// The sha256 of the text it was made from.
-    pub text_sha256: String,
-    pub dir: PathBuf,
-    pub manifest: CorpusManifest,
-    pub bpe: Arc<Bpe>,
-    pub train: Arc<Shards>,
-    pub val: Arc<Shards>,
-    /// UTF-8 bytes each id stands for (0 for the end-of-text id): bits per byte are counted with it.
-    pub token_bytes: Arc<Vec<u32>>,
-}
-
-/// Bytes of text each id of a byte-level BPE stands for: its token string has one character per
-/// byte (GPT-2's byte alphabet); the end-of-text token stands for none.
-fn token_bytes(bpe: &Bpe) -> Vec<u32> {
-    (0..bpe.vocab_size() as u32)
-        .map(|id| {
-            if id == bpe.eot_id() {
-                0
-            } else {
-                bpe.tokenizer()
-                    .id_to_token(id)
-                    .map_or(0, |t| t.chars().count() as u32)
-            }
-        })
-        .collect()
-}
-
-/// How a corpus is made.
-#[derive(Clone, Debug)]
-pub struct CorpusOptions {
-    /// BPE vocabulary (ignored when a tokenizer is given).
-    pub vocab: usize,
-    /// Share of the documents held out (from the end) for evaluation.
-    pub held_out: f64,
-    /// Contexts to report the long-document share for.
-    pub contexts: Vec<usize>,
-    /// Where corpora are cached: one directory per text, tokenizer and split.
-    pub root: PathBuf,
-}
-
-/// Tokenizes `text` once and caches the result under `opts.root`: trains a BPE on the training
-/// documents (or uses `tokenizer`, a continuation's), then writes the shards. A cached corpus is
-/// reused when its text, tokenizer and split match; the report says which happened.
-pub fn prepare(
-    name: &str,
-    text: &str,
-    source: Source,
-    tokenizer: Option<Bpe>,
-    opts: &CorpusOptions,
-    report: &Reporter,
-) -> Result<Corpus, LmError> {
-    let text_sha256 = sha256_hex(text.as_bytes());
-    let documents = source.split(text);
-    let n = documents.len();
-    let n_val = ((opts.held_out * n as f64).round() as usize).max(1);
-    let key = match &tokenizer {
-        Some(bpe) => format!("tok-{}", &bpe.sha256()?[..12]),
-        None => format!("bpe{}", opts.vocab),
-    };
-    let dir = opts.root.join(format!(
-        "{}-{}-{key}-held{}",
-        slug(name),
-        &text_sha256[..12],
-        (opts.held_out * 1000.0).round() as u64
-    ));
-    let tok_path = dir.join("tokenizer.json");
-    let cached = CorpusManifest::load(&dir).ok().and_then(|m| {
-        let bpe = Bpe::load(&tok_path).ok()?;
-        m.check_tokenizer(&bpe, &dir).ok()?;
-        Some((m, bpe))
-    });
-    let (manifest, bpe) = match cached {
-        Some(hit) => {
-            report.line(format!("corpus: cached in {}", dir.display()));
-            hit
-        }
-        None => {
-            if n < 2 {
-                return Err(DataError::invalid(
-                    name,
-                    format!(
-                        "{n} document(s): training and evaluation need at least two \
-                         (end documents with a line `<|endoftext|>`)"
-                    ),
-                )
-                .into());
-            }
-            let t0 = std::time::Instant::now();
-            let bpe = match tokenizer {
-                Some(bpe) => bpe,
-                None => {
-                    let train_docs = &documents[..n - n_val.min(n - 1)];
-                    bpe::train(train_docs.iter().copied(), opts.vocab, 2)?
-                }
-            };
-            // Built beside its final place and renamed into it, so that a killed run leaves no
-            // half corpus and two processes preparing the same one do not write into each other.
-            let staging = dir.with_extension(format!("partial-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&staging);
-            std::fs::create_dir_all(&staging).map_err(|e| DataError::io(&staging, e))?;
-            bpe.save(&staging.join("tokenizer.json"))?;
-            let m = shards::write_corpus(
-                &staging,
-                &bpe,
-                documents.iter().copied(),
-                opts.held_out,
-                SHARD_TOKENS,
-                &opts.contexts,
-            )?;
-            let (m, bpe) = if std::fs::rename(&staging, &dir).is_ok() {
-                (m, bpe)
-            } else {
-                // Another process got there first, or something else is in the way: use that
-                // corpus if it is a whole one for this text.
-                let _ = std::fs::remove_dir_all(&staging);
-                let theirs = CorpusManifest::load(&dir).and_then(|m| {
-                    let bpe = Bpe::load(&tok_path)?;
-                    m.check_tokenizer(&bpe, &dir)?;
-                    Ok((m, bpe))
-                });
-                match theirs {
-                    Ok(hit) => hit,
-                    Err(e) => {
-                        return Err(DataError::invalid(
-                            dir.display().to_string(),
-                            format!("could not put the corpus in place ({e}): remove the directory and run again"),
-                        )
-                        .into());
-                    }
-                }
-            };
-            report.line(format!(
-                "corpus: {} documents tokenized with a {}-token BPE in {} into {}",
-                n,
-                bpe.vocab_size(),
-                duration(t0.elapsed().as_secs_f64()),
-                dir.display()
-            ));
-            (m, bpe)
-        }
-    };
-    let train = Shards::open_split(&dir, &manifest, Split::Train)?;
-    let val = Shards::open_split(&dir, &manifest, Split::Val)?;
-    Ok(Corpus {
-        name: name.to_string(),
-        text_sha256,
-        dir,
-        token_bytes: Arc::new(token_bytes(&bpe)),
-        manifest,
-        bpe: Arc::new(bpe),
-        train: Arc::new(train),
-        val: Arc::new(val),
-    })
-}
-
-fn slug(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    s.trim_matches('-').chars().take(40).collect()
-}
-
-impl Corpus {
-    fn check_context(&self, context: usize) -> Result<(), LmError> {
-        for (split, shards) in [("train", &self.train), ("val", &self.val)] {
-            if shards.len() < context + 1 {
-                return Err(LmError::TooShort {
-                    corpus: self.name.clone(),
-                    split,
-                    tokens: shards.len(),
-                    need: context + 1,
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The block-diagonal document mask of `windows` (each `t` input ids): true where key `j` lies in
-/// another document than query `i`. An end-of-text id belongs to the document it ends.
-pub fn document_mask(windows: &[Vec<u32>], t: usize, eot: u32) -> Vec<bool> {
-    let mut mask = Vec::with_capacity(windows.len() * t * t);
-    let mut doc = vec![0usize; t];
-    for w in windows {
-        let mut d = 0;
-        for (i, &id) in w[..t].iter().enumerate() {
-            doc[i] = d;
-            if id == eot {
-                d += 1;
-            }
-        }
-        for i in 0..t {
-            for j in 0..t {
-                mask.push(doc[i] != doc[j]);
-            }
-        }
-    }
-    mask
-}
-
-/// Builds a batch from windows of `t + 1` ids (inputs are the first `t`, targets the last `t`).
-fn batch_of<B: Backend>(
-    windows: &[Vec<u32>],
-    t: usize,
-    eot: Option<u32>,
-    device: &B::Device,
-) -> LmBatch<B> {
-    let b = windows.len();
-    let mut x = Vec::with_capacity(b * t);
-    let mut y = Vec::with_capacity(b * t);
-    for w in windows {
-        x.extend(w[..t].iter().map(|&v| v as i64));
-        y.extend(w[1..=t].iter().map(|&v| v as i64));
-    }
-    LmBatch {
-        inputs: Tensor::from_data(TensorData::new(x, [b, t]), device),
-        targets: Tensor::from_data(TensorData::new(y, [b, t]), device),
-        doc_mask: eot.map(|e| {
-            Tensor::from_data(
-                TensorData::new(document_mask(windows, t, e), [b, t, t]),
-                device,
-            )
-        }),
-    }
-}
-
-/// Random training windows from the train shards: batch `n` is drawn by `Rng::stream(seed, n)`.
-pub struct ShardWindows {
-    shards: Arc<Shards>,
-    context: usize,
-    batch: usize,
-    seed: u64,
-    /// The end-of-text id when the document mask is on.
-    mask_eot: Option<u32>,
-    /// Micro-batches in each epoch.
-    epochs: Vec<usize>,
-}
-
-impl ShardWindows {
-    /// The windows (of `context + 1` ids) of micro-batch `n` of the run.
-    pub fn windows(&self, n: usize) -> Vec<Vec<u32>> {
-        let mut rng = Rng::stream(self.seed, n as u64);
-        let last = self.shards.len() - self.context - 1;
-        (0..self.batch)
-            .map(|_| self.shards.window(rng.below(last + 1), self.context + 1))
-            .collect()
-    }
-}
-
-impl<B: Backend> BatchSource<B> for ShardWindows {
-    type Batch = LmBatch<B>;
-
-    fn batches(&self, epoch: usize) -> usize {
-        crate::loader::batches_in(&self.epochs, epoch)
-    }
-
-    fn items_per_batch(&self) -> usize {
-        self.batch
-    }
-
-    fn batch(&self, epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
-        let n = crate::loader::run_index(&self.epochs, epoch, index);
-        batch_of(&self.windows(n), self.context, self.mask_eot, device)
-    }
-}
-
-/// The deterministic evaluation: `batches × batch` windows drawn once from the held-out shards
-/// by the evaluation stream, forwards or reversed at the token level.
-#[derive(Clone)]
-pub struct EvalWindows {
-    windows: Arc<Vec<Vec<u32>>>,
-    context: usize,
-    batch: usize,
-    mask_eot: Option<u32>,
-    reversed: bool,
-}
-
-impl EvalWindows {
-    pub fn new(corpus: &Corpus, context: usize, batches: usize, batch: usize, mask: bool) -> Self {
-        let mut rng = Rng::new(EVAL_SEED);
-        let last = corpus.val.len() - context - 1;
-        let windows = (0..batches * batch)
-            .map(|_| corpus.val.window(rng.below(last + 1), context + 1))
-            .collect();
-        Self {
-            windows: Arc::new(windows),
-            context,
-            batch: batch.max(1),
-            mask_eot: mask.then_some(corpus.manifest.eot_id),
-            reversed: false,
-        }
-    }
-
-    /// The same windows, each read backwards.
-    pub fn reversed(&self) -> Self {
-        Self {
-            windows: Arc::new(
-                self.windows
-                    .iter()
-                    .map(|w| w.iter().rev().copied().collect())
-                    .collect(),
-            ),
-            reversed: true,
-            ..self.clone()
-        }
-    }
-
-    /// Predicted tokens, and the text bytes they stand for: loss in nats per token × tokens /
-    /// (bytes × ln 2) is bits per byte.
-    pub fn tokens_and_bytes(&self, token_bytes: &[u32]) -> (u64, u64) {
-        let t = self.context;
-        let tokens = (self.windows.len() * t) as u64;
-        let bytes = self
-            .windows
-            .iter()
-            .flat_map(|w| &w[1..=t])
-            .map(|&id| token_bytes[id as usize] as u64)
-            .sum();
-        (tokens, bytes)
-    }
-
-    /// Mean loss (nats per token) of `model` on these windows.
-    pub fn mean_loss<B: Backend>(&self, model: &Gpt<B>) -> f64 {
-        let device = model.wte.weight.device();
-        let (mut sum, mut count) = (0.0, 0usize);
-        for chunk in self.windows.chunks(self.batch) {
-            let b = batch_of::<B>(chunk, self.context, self.mask_eot, &device);
-            let n = chunk.len() * self.context;
-            let loss: f64 = model
-                .loss_masked(b.inputs, b.targets, b.doc_mask)
-                .into_scalar()
-                .elem();
-            sum += loss * n as f64;
-            count += n;
-        }
-        sum / count as f64
-    }
-
-    pub fn is_reversed(&self) -> bool {
-        self.reversed
-    }
-}
-
-impl<B: Backend> BatchSource<B> for EvalWindows {
-    type Batch = LmBatch<B>;
-
-    fn batches(&self, _epoch: usize) -> usize {
-        self.windows.len().div_ceil(self.batch)
-    }
-
-    fn items_per_batch(&self) -> usize {
-        self.batch
-    }
-
-    fn batch(&self, _epoch: usize, index: usize, device: &B::Device) -> LmBatch<B> {
-        let end = ((index + 1) * self.batch).min(self.windows.len());
-        batch_of(
-            &self.windows[index * self.batch..end],
-            self.context,
-            self.mask_eot,
-            device,
-        )
-    }
-}
-
-/// Nats per token → bits per byte.
-pub fn bits_per_byte(loss: f64, tokens: u64, bytes: u64) -> f64 {
-    loss * tokens as f64 / (bytes as f64 * std::f64::consts::LN_2)
-}
-
 /// What a run was, saved beside the model as `training.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LmSettings {
@@ -491,6 +96,9 @@ pub struct LmSettings {
     pub steps: usize,
     pub batch: usize,
     pub accumulation: usize,
+    /// Threads each micro-batch was cut across (runs older than the option: 1).
+    #[serde(default = "crate::shard::one")]
+    pub parts: usize,
     pub lr: f64,
     pub warmup: usize,
     pub decay_to: f64,
@@ -513,36 +121,25 @@ pub struct LmSettings {
 #[derive(Clone, Debug)]
 pub struct LmOptions {
     pub model: GptConfig,
-    /// Optimizer steps.
-    pub steps: usize,
-    /// Windows per micro-batch.
-    pub batch: usize,
+    /// What every run shares (steps, schedule, saving, resuming); `batch` is windows per
+    /// micro-batch, and `weight_decay` is the optimizer's.
+    pub run: RunOptions,
     /// Micro-batches per optimizer step (their gradients are averaged).
     pub accumulation: usize,
-    pub lr: f64,
-    pub warmup: usize,
-    pub decay_to: f64,
-    pub clip: Option<f64>,
     pub optimizer: OptimizerSpec,
-    pub seed: u64,
-    pub eval_every: usize,
     /// Evaluation batches (of `batch` windows each).
     pub eval_batches: usize,
     /// Block-diagonal attention inside each document, in training and evaluation.
     pub doc_mask: bool,
     pub sample: SampleOptions,
     pub prompt: String,
-    pub save: Option<PathBuf>,
-    /// Burn's working directory (resume checkpoints) and `metrics.jsonl`.
-    pub run_dir: PathBuf,
-    /// Continue a killed run from its newest checkpoint in `run_dir`.
-    pub resume: bool,
-    /// End the run cleanly at the first evaluation at or after this many steps (the schedule
-    /// still spans `steps`), to be continued later with `resume`: training in sessions.
-    pub stop_after: Option<usize>,
-    pub continued_from: Option<PathBuf>,
-    /// Start afresh over a model already at `save` and another run's checkpoints.
-    pub overwrite: bool,
+}
+
+impl Record for LmSettings {
+    fn record(&mut self, step: usize, valid_loss: f64) {
+        self.step = step;
+        self.valid_loss = Some(valid_loss);
+    }
 }
 
 /// One checkpoint's measurements.
@@ -604,11 +201,10 @@ struct LmHook {
     opts: LmOptions,
     bpe: Arc<Bpe>,
     prompt: Vec<u32>,
-    settings: LmSettings,
     reversed: EvalWindows,
     tokens: u64,
     bytes: u64,
-    best: f64,
+    keep: KeepBest<LmSettings>,
     out: Arc<Mutex<LmReport>>,
     /// Training tokens an optimizer step reads.
     tokens_per_step: usize,
@@ -622,7 +218,7 @@ impl LmHook {
     /// Adds `c` to `metrics.jsonl`. Rows at or after its step (written before a kill made this
     /// epoch run again) and a torn last line are dropped, so the file reads as one run's.
     fn append_metrics(&self, c: &LmCheckpoint) -> Result<(), String> {
-        let path = self.opts.run_dir.join("metrics.jsonl");
+        let path = self.opts.run.run_dir.join("metrics.jsonl");
         let mut text: String = std::fs::read_to_string(&path)
             .unwrap_or_default()
             .lines()
@@ -631,13 +227,13 @@ impl LmHook {
             .collect();
         text += &serde_json::to_string(c).map_err(|e| e.to_string())?;
         text.push('\n');
-        crate::run::write_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())
+        crate::atomic::write_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())
     }
 }
 
 impl<B: Backend> EpochHook<Gpt<B>> for LmHook {
     fn baseline(&mut self, valid: Score, _model: &Gpt<B>) -> Result<(), String> {
-        self.best = self.best.min(valid.loss());
+        self.keep.baseline(valid.loss());
         self.out.lock().expect("report").baseline = Some(valid.loss());
         self.report.line(format!(
             "the starting model scores {:.4} on the evaluation windows: a checkpoint must beat that to be saved",
@@ -647,9 +243,7 @@ impl<B: Backend> EpochHook<Gpt<B>> for LmHook {
     }
 
     fn stop_requested(&self) -> bool {
-        self.opts
-            .stop_after
-            .is_some_and(|s| self.last_step >= s && self.last_step < self.opts.steps)
+        self.opts.run.stops_at(self.last_step)
     }
 
     fn after_epoch(&mut self, info: &EpochInfo, model: &Gpt<B>) -> Result<(), String> {
@@ -657,22 +251,16 @@ impl<B: Backend> EpochHook<Gpt<B>> for LmHook {
         let valid = info.valid.loss();
         let bpb = bits_per_byte(valid, self.tokens, self.bytes);
         let reversed = self.reversed.mean_loss(model);
-        let mut rng = Rng::stream(self.opts.seed ^ 0xA5A5, info.step as u64);
+        let mut rng = Rng::stream(self.opts.run.seed ^ 0xA5A5, info.step as u64);
         let ids = generate(model, &self.prompt, &self.opts.sample, &mut rng);
         let sample = self.bpe.decode(&ids).map_err(|e| e.to_string())?;
-        let mut note = String::new();
-        if valid < self.best {
-            self.best = valid;
-            self.out.lock().expect("report").best = Some((info.step, valid));
-            if let Some(dir) = &self.opts.save {
-                self.settings.step = info.step;
-                self.settings.valid_loss = Some(valid);
-                self.settings.bits_per_byte = Some(bpb);
-                self.settings.reversed_gap = Some(reversed - valid);
-                save_dir(model, &self.bpe, &self.settings, dir).map_err(|e| e.to_string())?;
-                note = format!("  saved to {}", dir.display());
-            }
-        }
+        self.keep.settings.bits_per_byte = Some(bpb);
+        self.keep.settings.reversed_gap = Some(reversed - valid);
+        let bpe = &self.bpe;
+        let note = self.keep.offer(info.step, valid, |settings, dir| {
+            save_dir(model, bpe, settings, dir)
+        })?;
+        self.out.lock().expect("report").best = self.keep.found;
         self.report.line(format!(
             "step {:>5}  train {:.3}  eval {:.3} ({:.3} bits/byte)  reversed gap {:+.2}  lr {:.2e}  ({}){note}",
             info.step,
@@ -720,26 +308,18 @@ pub fn train<B: AutodiffBackend>(
 ) -> Result<(LmReport, Gpt<B::InnerBackend>), LmError> {
     let context = model.context();
     opts.model.check().map_err(TrainError::from)?;
-    crate::checks::schedule(
-        opts.steps,
-        opts.batch,
-        1,
-        opts.lr,
-        opts.decay_to,
-        opts.clip,
-        0.0,
-        opts.eval_every,
-    )
-    .and_then(|()| crate::checks::at_least_one("--accumulate", opts.accumulation))
-    .and_then(|()| crate::checks::at_least_one("--eval-batches", opts.eval_batches))
-    .and_then(|()| crate::checks::sample(&opts.sample))
-    .map_err(TrainError::from)?;
+    opts.run
+        .check()
+        .and_then(|()| crate::checks::at_least_one("--accumulate", opts.accumulation))
+        .and_then(|()| crate::checks::at_least_one("--eval-batches", opts.eval_batches))
+        .and_then(|()| crate::checks::sample(&opts.sample))
+        .map_err(TrainError::from)?;
     corpus.check_context(context)?;
     let best = crate::checkpoint::claim_save(
-        opts.save.as_deref(),
-        opts.continued_from.as_deref(),
-        opts.resume,
-        opts.overwrite,
+        opts.run.save.as_deref(),
+        opts.run.continued_from.as_deref(),
+        opts.run.resume,
+        opts.run.overwrite,
     )
     .map_err(TrainError::from)?;
     let k = opts.accumulation.max(1);
@@ -752,7 +332,7 @@ pub fn train<B: AutodiffBackend>(
         corpus,
         context,
         opts.eval_batches,
-        opts.batch,
+        opts.run.batch,
         opts.doc_mask,
     );
     let (tokens, bytes) = eval.tokens_and_bytes(&corpus.token_bytes);
@@ -760,20 +340,22 @@ pub fn train<B: AutodiffBackend>(
         data: corpus.name.clone(),
         data_sha256: corpus.text_sha256.clone(),
         tokenizer_sha256: corpus.manifest.tokenizer_sha256.clone(),
-        steps: opts.steps,
-        batch: opts.batch,
+        steps: opts.run.steps,
+        batch: opts.run.batch,
         accumulation: k,
-        lr: opts.lr,
-        warmup: opts.warmup,
-        decay_to: opts.decay_to,
-        clip: opts.clip,
+        parts: opts.run.parts,
+        lr: opts.run.lr,
+        warmup: opts.run.warmup,
+        decay_to: opts.run.decay_to,
+        clip: opts.run.clip,
         optimizer: opts.optimizer.clone(),
-        seed: opts.seed,
-        eval_every: opts.eval_every,
+        seed: opts.run.seed,
+        eval_every: opts.run.eval_every,
         eval_batches: opts.eval_batches,
         doc_mask: opts.doc_mask,
         backend: crate::backend::NAME.to_string(),
         continued_from: opts
+            .run
             .continued_from
             .as_ref()
             .map(|p| p.display().to_string()),
@@ -789,46 +371,50 @@ pub fn train<B: AutodiffBackend>(
         opts: opts.clone(),
         bpe: corpus.bpe.clone(),
         prompt,
-        settings,
         reversed: eval.reversed(),
         tokens,
         bytes,
-        best,
+        keep: KeepBest::new(best, opts.run.save.clone(), settings),
         out: out.clone(),
-        tokens_per_step: opts.batch * k * context,
-        epoch_steps: epoch_lengths(opts.steps, opts.eval_every),
+        tokens_per_step: opts.run.batch * k * context,
+        epoch_steps: epoch_lengths(opts.run.steps, opts.run.eval_every),
         trained_steps: 0,
         last_step: 0,
     };
-    let epochs: Vec<usize> = epoch_lengths(opts.steps, opts.eval_every)
+    let epochs: Vec<usize> = epoch_lengths(opts.run.steps, opts.run.eval_every)
         .into_iter()
         .map(|s| s * k)
         .collect();
     let train_src = ShardWindows {
         shards: corpus.train.clone(),
         context,
-        batch: opts.batch,
-        seed: opts.seed,
+        batch: opts.run.batch,
+        seed: opts.run.seed,
         mask_eot: opts.doc_mask.then_some(corpus.manifest.eot_id),
         epochs: epochs.clone(),
     };
     let run = RunConfig {
-        dir: opts.run_dir.clone(),
+        dir: opts.run.run_dir.clone(),
         epochs: epochs.len(),
         accumulation: k,
-        parts: 1,
-        resume: opts.resume,
-        baseline: opts.continued_from.is_some(),
-        overwrite: opts.overwrite,
+        parts: opts.run.parts,
+        resume: opts.run.resume,
+        baseline: opts.run.continued_from.is_some(),
+        overwrite: opts.run.overwrite,
         settings: fingerprint,
         report: report.clone(),
-        unit: Some(((opts.batch * context) as f64, "tokens".into())),
+        unit: Some(((opts.run.batch * context) as f64, "tokens".into())),
     };
     let last = fit(
         run,
         model,
-        opts.optimizer.build(opts.clip),
-        WarmupCosine::new(opts.lr, opts.warmup, opts.steps, opts.decay_to),
+        opts.optimizer.build(opts.run.clip),
+        WarmupCosine::new(
+            opts.run.lr,
+            opts.run.warmup,
+            opts.run.steps,
+            opts.run.decay_to,
+        ),
         train_src,
         eval,
         |t| {
@@ -873,4 +459,261 @@ mod tests {
         let b = bits_per_byte(std::f64::consts::LN_2, 10, 20);
         assert!((b - 0.5).abs() < 1e-15, "{b}");
     }
+}
+
+/// An LM run as the example starts it.
+#[derive(Clone, Debug)]
+pub struct LmRun {
+    /// What every run shares; `continued_from` is the model to start from (its tokenizer is
+    /// kept) or, with 0 steps, to write with.
+    pub run: RunOptions,
+    /// The fresh model: a size preset and the flags that change it (a continuation keeps its
+    /// own shape and refuses them).
+    pub size: String,
+    pub layers: Option<usize>,
+    pub heads: Option<usize>,
+    pub kv_heads: Option<usize>,
+    pub d_model: Option<usize>,
+    pub context: Option<usize>,
+    pub vocab: Option<usize>,
+    /// GPT-2's architecture instead of the modern one.
+    pub gpt2: bool,
+    pub qk_norm: bool,
+    /// Logit soft-cap (0: off).
+    pub softcap: f64,
+    pub doc_mask: bool,
+    pub accumulation: usize,
+    /// `muon` (matrices; AdamW for the rest) or `adamw`.
+    pub optimizer: String,
+    pub muon_lr: f64,
+    pub eval_batches: usize,
+    pub held_out: f64,
+    /// How the model writes at the end and with 0 steps (the checkpoint samples share its
+    /// temperature and top-k and are 60 tokens long).
+    pub sample: SampleOptions,
+    pub prompt: String,
+    /// A corpus to fetch (tinystories, tinystories-valid), or a text file; else the vendored
+    /// Austen.
+    pub download: Option<String>,
+    pub data: Option<PathBuf>,
+}
+
+impl LmRun {
+    /// The fresh model's configuration for a vocabulary of `vocab` tokens: the preset's, changed
+    /// by the flags, checked.
+    pub fn model_config(&self, preset: LmPreset, vocab: usize) -> Result<GptConfig, TrainError> {
+        let mut c = preset.config(vocab);
+        if self.gpt2 {
+            c = c
+                .with_norm(nervus_models::norm::NormKind::LayerNorm)
+                .with_positions(nervus_models::gpt::PositionKind::Learned)
+                .with_mlp(nervus_models::gpt::MlpKind::Gelu)
+                .with_qk_norm(false)
+                .with_logit_softcap(None)
+                .with_bias(true);
+        } else {
+            c.qk_norm = self.qk_norm;
+            c.logit_softcap = (self.softcap > 0.0).then_some(self.softcap);
+        }
+        c.layers = self.layers.unwrap_or(c.layers);
+        c.heads = self.heads.unwrap_or(c.heads);
+        c.d_model = self.d_model.unwrap_or(c.d_model);
+        c.context = self.context.unwrap_or(c.context);
+        c.kv_heads = self.kv_heads;
+        c.check()?;
+        Ok(c)
+    }
+
+    fn preset(&self) -> Result<LmPreset, BadValue> {
+        LmPreset::parse(&self.size).ok_or_else(|| BadValue {
+            flag: "--size",
+            value: self.size.clone(),
+            rule: "one of tiny, small, kalia-58m",
+        })
+    }
+}
+
+/// What an LM run did: trained (its report), and what the model it leaves wrote.
+pub struct LmOutcome {
+    pub report: Option<LmReport>,
+    /// The saved model's continuation of the prompt (the prompt not included).
+    pub writes: Option<String>,
+}
+
+/// The model saved in `dir` continuing `prompt` (from an end of text where it is empty).
+pub fn write<B: Backend>(
+    dir: &Path,
+    prompt: &str,
+    sample: &SampleOptions,
+    seed: u64,
+    device: &B::Device,
+) -> Result<String, LmError> {
+    crate::checks::sample(sample).map_err(TrainError::from)?;
+    let (model, bpe, _) = load_dir::<B>(dir, device)
+        .map_err(|e| TrainError::read(format!("loading {}", dir.display()), e))?;
+    let ids = if prompt.is_empty() {
+        vec![bpe.eot_id()]
+    } else {
+        bpe.encode(prompt)?
+    };
+    let out = generate(&model, &ids, sample, &mut Rng::new(seed));
+    Ok(bpe.decode(&out)?)
+}
+
+/// Runs `spec`: with 0 steps writes with the loaded model; otherwise makes the corpus (cached),
+/// starts the model (fresh from the preset, or the loaded one), trains it, and has the saved
+/// model write.
+pub fn run<B: AutodiffBackend>(
+    spec: &LmRun,
+    report: &Reporter,
+    device: &B::Device,
+) -> Result<LmOutcome, LmError> {
+    let run = &spec.run;
+    if run.steps == 0 {
+        let Some(dir) = &run.continued_from else {
+            return Err(TrainError::NothingLoaded("write", "model").into());
+        };
+        let text = write::<B::InnerBackend>(dir, &spec.prompt, &spec.sample, run.seed, device)?;
+        return Ok(LmOutcome {
+            report: None,
+            writes: Some(text),
+        });
+    }
+    if run.continued_from.is_some() {
+        for (flag, given) in [
+            ("--layers", spec.layers),
+            ("--heads", spec.heads),
+            ("--kv-heads", spec.kv_heads),
+            ("--d-model", spec.d_model),
+            ("--context", spec.context),
+            ("--vocab", spec.vocab),
+        ] {
+            if given.is_some() {
+                return Err(TrainError::ShapeWithLoad(flag).into());
+            }
+        }
+    }
+    let loaded = match &run.continued_from {
+        Some(dir) => Some(
+            load_dir::<B>(dir, device)
+                .map_err(|e| TrainError::read(format!("loading {}", dir.display()), e))?,
+        ),
+        None => None,
+    };
+    let preset = spec.preset().map_err(TrainError::from)?;
+    let vocab = spec.vocab.unwrap_or(preset.vocab());
+    if loaded.is_none() {
+        // The shape's flags, checked before the tokenizer is trained.
+        spec.model_config(preset, vocab)?;
+    }
+    let (name, text, source) =
+        nervus_datasets::corpus::lm_corpus(spec.download.as_deref(), spec.data.as_deref())?;
+    let out_dir = run
+        .save
+        .as_deref()
+        .and_then(Path::parent)
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let corpus = prepare(
+        &name,
+        &text,
+        source,
+        loaded.as_ref().map(|l| l.1.clone()),
+        &CorpusOptions {
+            vocab,
+            held_out: spec.held_out,
+            contexts: vec![spec.context.unwrap_or(preset.config(2).context)],
+            root: out_dir.join("corpora"),
+        },
+        report,
+    )?;
+    drop(text);
+    let m = &corpus.manifest;
+    report.line(format!(
+        "data: {name}: {} train documents ({} tokens), {} held out ({} tokens); {:.2} bytes a token",
+        m.train.documents,
+        m.train.tokens,
+        m.val.documents,
+        m.val.tokens,
+        m.train.bytes_per_token()
+    ));
+    for s in &m.train.long_document_share {
+        report.line(format!(
+            "  {:.1}% of training tokens sit in documents at least {} tokens long",
+            100.0 * s.share,
+            s.context
+        ));
+    }
+    let model = match loaded {
+        Some((model, _, _)) => model,
+        None => {
+            let c = spec.model_config(preset, corpus.bpe.vocab_size())?;
+            B::seed(device, run.seed);
+            c.init::<B>(device)
+        }
+    };
+    let c = &model.config;
+    report.line(format!(
+        "model: {} layers, {} heads ({} key/value), d_model {}, context {}, vocab {}, {:?}, {:?}, {:?}, qk-norm {}, soft-cap {:?}: {} parameters | backend {}",
+        c.layers,
+        c.heads,
+        c.kv_heads.unwrap_or(c.heads),
+        c.d_model,
+        c.context,
+        c.vocab,
+        c.norm,
+        c.positions,
+        c.mlp,
+        c.qk_norm,
+        c.logit_softcap,
+        model.num_params(),
+        crate::backend::NAME
+    ));
+    report.line(format!(
+        "loss to beat: {:.3} knowing nothing (ln {})",
+        (c.vocab as f64).ln(),
+        c.vocab
+    ));
+    let opts = LmOptions {
+        model: c.clone(),
+        run: run.clone(),
+        accumulation: spec.accumulation,
+        optimizer: match spec.optimizer.as_str() {
+            "muon" => OptimizerSpec::muon(run.lr, spec.muon_lr, run.weight_decay),
+            _ => OptimizerSpec::adamw(run.weight_decay),
+        },
+        eval_batches: spec.eval_batches,
+        doc_mask: spec.doc_mask,
+        sample: SampleOptions {
+            length: 60,
+            ..spec.sample.clone()
+        },
+        prompt: spec.prompt.clone(),
+    };
+    let (result, _) = train(&opts, &corpus, model, report.clone())?;
+    match (result.best, &run.save) {
+        (Some((step, loss)), Some(save)) => report.line(format!(
+            "best evaluation loss {loss:.4} at step {step}, saved in {} ({} in all, {:.0} training tokens a second)",
+            save.display(),
+            duration(result.seconds),
+            result.tokens_per_second
+        )),
+        _ => report.line(format!(
+            "no checkpoint improved on the starting model ({} in all)",
+            duration(result.seconds)
+        )),
+    }
+    let writes = match &run.save {
+        Some(save) if save.join("config.json").exists() => Some(write::<B::InnerBackend>(
+            save,
+            &spec.prompt,
+            &spec.sample,
+            run.seed,
+            device,
+        )?),
+        _ => None,
+    };
+    Ok(LmOutcome {
+        report: Some(result),
+        writes,
+    })
 }

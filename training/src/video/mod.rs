@@ -421,7 +421,7 @@ pub fn run<B: AutodiffBackend>(
             run.overwrite,
         )?;
     }
-    let data = Mnist::load(spec.download, None).map_err(|e| TrainError::read("MNIST", e))?;
+    let data = Mnist::load(spec.download, None)?;
     let train_clips = Arc::new(Clips::new(&data.train));
     let test_clips = Clips::new(&data.test);
     let judges = judge::panel::<B>(
