@@ -55,6 +55,10 @@ struct Args {
     plain: bool,
 }
 
+/// mimalloc, keeping freed memory (`NERVUS_ALLOCATOR=system` for the system's; see `alloc.rs`).
+#[global_allocator]
+static ALLOCATOR: nervus_training::alloc::Allocator = nervus_training::alloc::Allocator;
+
 fn main() -> std::process::ExitCode {
     nervus_training::report::exit(run())
 }

@@ -37,11 +37,16 @@ const SYSTEM: u8 = 2;
 
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
-/// mimalloc or the system's, as the environment chose at the first allocation.
+/// mimalloc or the system's, as the environment chose at the first allocation. A binary opts in
+/// with
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOCATOR: nervus_training::alloc::Allocator = nervus_training::alloc::Allocator;
+/// ```
+///
+/// (every example and `xtask` do; tests and other binaries keep the system's).
 pub struct Allocator;
-
-#[global_allocator]
-static GLOBAL: Allocator = Allocator;
 
 fn choice() -> u8 {
     match CHOICE.load(Ordering::Acquire) {
@@ -70,9 +75,12 @@ fn decide() -> u8 {
     c
 }
 
-/// Which allocator this process uses: "mimalloc" or "system".
+/// Which allocator this process uses: "mimalloc" or "system" (also where the binary did not opt
+/// into [`Allocator`]: its choice is made at the first allocation through it).
 pub fn name() -> &'static str {
-    if choice() == SYSTEM {
+    // Any allocation goes through the installed allocator; with ours it decides here at the latest.
+    drop(std::hint::black_box(Box::new(0u8)));
+    if CHOICE.load(Ordering::Acquire) != MIMALLOC {
         "system"
     } else {
         "mimalloc"
@@ -117,6 +125,9 @@ unsafe impl GlobalAlloc for Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[global_allocator]
+    static ALLOCATOR: Allocator = Allocator;
 
     #[test]
     fn the_choice_follows_the_environment_and_mimalloc_keeps_its_memory() {

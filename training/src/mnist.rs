@@ -3,6 +3,7 @@
 
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
+use crate::options::{KeepBest, Record};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -14,6 +15,7 @@ use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric};
 use nervus_datasets::mnist::{PIXELS, Split};
 use nervus_datasets::rng::Rng;
 use nervus_models::mlp::{ClassBatch, Mlp, MlpConfig};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -143,29 +145,48 @@ impl MnistReport {
     }
 }
 
+/// What an MNIST run was, saved beside the model as `training.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MnistSettings {
+    pub hidden: usize,
+    pub optimizer: OptimizerSpec,
+    pub lr: f64,
+    pub epochs: usize,
+    pub batch: usize,
+    pub seed: u64,
+    pub backend: String,
+    /// The epoch this model was saved at (`step`, the name every model's `training.json` uses),
+    /// and its test loss.
+    pub step: usize,
+    pub valid_loss: Option<f64>,
+}
+
+impl Record for MnistSettings {
+    fn record(&mut self, epoch: usize, test_loss: f64) {
+        self.step = epoch;
+        self.valid_loss = Some(test_loss);
+    }
+}
+
 struct MnistHook {
     report: Reporter,
-    save: Option<PathBuf>,
-    best: f64,
+    keep: KeepBest<MnistSettings>,
     out: Arc<Mutex<MnistReport>>,
 }
 
 impl<B: Backend> EpochHook<Mlp<B>> for MnistHook {
     fn after_epoch(&mut self, info: &EpochInfo, model: &Mlp<B>) -> Result<(), String> {
         let acc = info.valid.accuracy().unwrap_or(f64::NAN);
-        let mut saved = "";
-        if info.valid.loss() < self.best {
-            self.best = info.valid.loss();
-            if let Some(dir) = &self.save {
+        let saved = self
+            .keep
+            .offer(info.epoch, info.valid.loss(), |settings, dir| {
                 crate::checkpoint::replace_dir(dir, |staging| {
                     std::fs::create_dir_all(staging)
                         .map_err(|e| nervus_models::checkpoint::CheckpointError::io(staging, e))?;
-                    model.save(staging)
+                    model.save(staging)?;
+                    nervus_models::checkpoint::write_json(&staging.join("training.json"), settings)
                 })
-                .map_err(|e| e.to_string())?;
-                saved = "  saved";
-            }
-        }
+            })?;
         self.report.line(format!(
             "epoch {:>2}/{}  train loss {:.4}  test loss {:.4}  test accuracy {:.2}%  ({}){saved}",
             info.epoch,
@@ -200,10 +221,20 @@ pub fn train<B: AutodiffBackend>(
     B::seed(device, opts.seed);
     let model = MlpConfig::new().with_hidden(opts.hidden).init::<B>(device);
     let out = Arc::new(Mutex::new(MnistReport::default()));
+    let settings = MnistSettings {
+        hidden: opts.hidden,
+        optimizer: opts.optimizer.clone(),
+        lr: opts.lr,
+        epochs: opts.epochs,
+        batch: opts.batch,
+        seed: opts.seed,
+        backend: crate::backend::NAME.into(),
+        step: 0,
+        valid_loss: None,
+    };
     let hook = MnistHook {
         report: report.clone(),
-        save: opts.save.clone(),
-        best: f64::INFINITY,
+        keep: KeepBest::new(f64::INFINITY, opts.save.clone(), settings),
         out: out.clone(),
     };
     let run = RunConfig {

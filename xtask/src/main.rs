@@ -53,6 +53,10 @@ enum Command {
 
 const REEXEC: &str = "NERVUS_XTASK_FEATURES";
 
+/// mimalloc, keeping freed memory (`NERVUS_ALLOCATOR=system` for the system's; see `alloc.rs`).
+#[global_allocator]
+static ALLOCATOR: nervus_training::alloc::Allocator = nervus_training::alloc::Allocator;
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     if let Some(features) = &cli.features
