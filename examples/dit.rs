@@ -15,9 +15,11 @@ use nervus_training::report::{Reporter, Ui};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(about = "Train a DiT to draw MNIST digits by flow matching")]
+#[command(
+    about = "Train a DiT to draw MNIST digits by flow matching",
+    after_help = "--steps 0 with --load just draws a grid with the saved pipeline."
+)]
 struct Args {
-    /// The run (--steps 0 with --load: just draw a grid with the saved pipeline).
     #[command(flatten)]
     run: RunArgs,
     /// Transformer blocks.

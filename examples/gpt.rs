@@ -16,10 +16,11 @@ use nervus_training::options::{RunArgs, parse_with_defaults};
 use nervus_training::report::{Reporter, Ui};
 
 #[derive(Parser, Debug)]
-#[command(about = "Train a character-level GPT and write with it")]
+#[command(
+    about = "Train a character-level GPT and write with it",
+    after_help = "--save defaults to out/gpt/model, or to the --load directory; --steps 0 with --load just writes."
+)]
 struct Args {
-    /// The run (--save defaults to out/gpt/model, or the --load directory; --steps 0 with --load
-    /// just writes).
     #[command(flatten)]
     run: RunArgs,
     /// Size preset: small (2 layers, d 64, context 64), medium (4, 128, 128), large (6, 256, 256).

@@ -19,10 +19,11 @@ use nervus_training::report::{Reporter, Ui};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(about = "Train a BPE language model with the modern recipe and write with it")]
+#[command(
+    about = "Train a BPE language model with the modern recipe and write with it",
+    after_help = "--batch is windows per micro-batch; --save defaults to out/lm/model, or to the --load directory (whose tokenizer is kept); --steps 0 with --load just writes."
+)]
 struct Args {
-    /// The run (--batch: windows per micro-batch; --save defaults to out/lm/model, or the --load
-    /// directory, whose tokenizer is kept; --steps 0 with --load just writes).
     #[command(flatten)]
     run: RunArgs,
     /// Train and write in bfloat16 where the backend offers it (flex, cuda): weights, activations
