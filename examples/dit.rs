@@ -45,7 +45,7 @@ struct Args {
     /// Where grids and the strip go (the run's checkpoints in <out>/train).
     #[arg(long, default_value = "out/dit")]
     out: PathBuf,
-    /// A saved MNIST classifier to judge with (default: train one first, ~3 s).
+    /// A saved MNIST classifier to judge with (default: train one first, a few seconds).
     #[arg(long)]
     judge: Option<PathBuf>,
     /// Train on the full MNIST (fetched and verified; see the mnist example).
