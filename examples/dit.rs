@@ -87,11 +87,7 @@ fn train() -> Result<()> {
         judge: args.judge,
         download: args.download,
     };
-    let ui = if args.run.plain {
-        Ui::Plain
-    } else {
-        Ui::auto()
-    };
+    let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(args.out.join("log.txt")));
     run::<backend::Train>(&spec, &report, &backend::device())?;
     Ok(())

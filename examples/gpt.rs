@@ -72,11 +72,7 @@ fn main() -> std::process::ExitCode {
 fn train() -> Result<()> {
     let args: Args = parse_with_defaults(&[]);
     let run_options = args.run.options_beside("out/gpt/model")?;
-    let ui = if args.run.plain {
-        Ui::Plain
-    } else {
-        Ui::auto()
-    };
+    let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(run_options.run_dir.join("log.txt")));
     let spec = GptRun {
         run: run_options,
@@ -96,11 +92,6 @@ fn train() -> Result<()> {
         data: args.data,
     };
     let out = run::<backend::Train>(&spec, &report, &backend::device())?;
-    if let Some(text) = out.writes {
-        if out.report.is_some() {
-            println!("--- the saved model writes:");
-        }
-        println!("{}{text}", args.prompt);
-    }
+    out.print_writes(&args.prompt);
     Ok(())
 }

@@ -119,11 +119,7 @@ fn train() -> Result<()> {
         .map_err(|e| anyhow::anyhow!("--bf16 on the {} backend: {e:?}", backend::NAME))?;
     }
     let run_options = args.run.options_beside("out/lm/model")?;
-    let ui = if args.run.plain {
-        Ui::Plain
-    } else {
-        Ui::auto()
-    };
+    let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(run_options.run_dir.join("log.txt")));
     let spec = LmRun {
         run: run_options,
@@ -153,11 +149,6 @@ fn train() -> Result<()> {
         data: args.data,
     };
     let out = run::<backend::Train>(&spec, &report, &backend::device())?;
-    if let Some(text) = out.writes {
-        if out.report.is_some() {
-            println!("--- the saved model writes:");
-        }
-        println!("{}{text}", args.prompt);
-    }
+    out.print_writes(&args.prompt);
     Ok(())
 }

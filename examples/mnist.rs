@@ -85,7 +85,7 @@ fn run() -> Result<()> {
     } else {
         mnist::Mnist::vendored()
     };
-    let ui = if args.plain { Ui::Plain } else { Ui::auto() };
+    let ui = Ui::plain_or_auto(args.plain);
     let run_dir = args
         .save
         .parent()

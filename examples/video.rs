@@ -97,11 +97,7 @@ fn train() -> Result<()> {
         judges: args.judges.choice(),
         download: args.download,
     };
-    let ui = if args.run.plain {
-        Ui::Plain
-    } else {
-        Ui::auto()
-    };
+    let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(args.out.join("log.txt")));
     run::<backend::Train>(&spec, report, &backend::device())?;
     Ok(())

@@ -91,7 +91,7 @@ fn draw() -> Result<()> {
     };
     opts.check()?;
     let data = Mnist::load(args.download, None)?;
-    let ui = if args.plain { Ui::Plain } else { Ui::auto() };
+    let ui = Ui::plain_or_auto(args.plain);
     let report = Reporter::new(ui, Some(opts.out.join("log.txt")));
     draw_saved::<backend::Train>(&opts, &data, &report, &backend::device())?;
     Ok(())

@@ -99,33 +99,10 @@ pub fn schedule(
     at_least_one("--eval-every", eval_every)
 }
 
-/// What a diffusion run's numbers must be (the image DiT's and the video DiT's): the shared ones
-/// of [`schedule`], a label dropout that is a share, and a drawing of at least one step at a
-/// finite guidance.
-#[allow(clippy::too_many_arguments)]
-pub fn diffusion(
-    steps: usize,
-    batch: usize,
-    parts_: usize,
-    lr: f64,
-    decay_to: f64,
-    clip: Option<f64>,
-    weight_decay: f64,
-    eval_every: usize,
-    label_dropout: f64,
-    sample_steps: usize,
-    guidance: f64,
-) -> Result<(), BadValue> {
-    schedule(
-        steps,
-        batch,
-        parts_,
-        lr,
-        decay_to,
-        clip,
-        weight_decay,
-        eval_every,
-    )?;
+/// What a diffusion run's own numbers must be (the image DiT's and the video DiT's), beside the
+/// shared ones of [`schedule`]: a label dropout that is a share, and a drawing of at least one
+/// step at a finite guidance.
+pub fn diffusion(label_dropout: f64, sample_steps: usize, guidance: f64) -> Result<(), BadValue> {
     share("--label-dropout", label_dropout)?;
     at_least_one("--sample-steps", sample_steps)?;
     finite("--guidance", guidance)

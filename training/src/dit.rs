@@ -11,7 +11,7 @@
 use crate::checkpoint::replace_dir;
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
-use crate::options::{KeepBest, Record, RunOptions};
+use crate::options::{KeepBest, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -364,20 +364,13 @@ impl DitOptions {
     /// Refuses numbers no run can use, naming the flag.
     pub fn check(&self) -> Result<(), TrainError> {
         self.run.check()?;
-        crate::checks::share("--label-dropout", self.label_dropout)?;
-        crate::checks::at_least_one("--sample-steps", self.draw.steps)?;
-        crate::checks::finite("--guidance", self.draw.guidance)?;
+        crate::checks::diffusion(self.label_dropout, self.draw.steps, self.draw.guidance)?;
         self.draw.check()?;
         Ok(())
     }
 }
 
-impl Record for DitSettings {
-    fn record(&mut self, step: usize, valid_loss: f64) {
-        self.step = step;
-        self.valid_loss = Some(valid_loss);
-    }
-}
+crate::options::record_step_and_loss!(DitSettings);
 
 /// What the run measured.
 #[derive(Clone, Debug, Default)]

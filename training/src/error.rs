@@ -48,6 +48,14 @@ pub enum TrainError {
 }
 
 impl TrainError {
+    /// Refuses any shape flag given (`Some`) beside `--load`: a loaded model keeps its shape.
+    pub fn refuse_shape_with_load(flags: &[(&'static str, Option<usize>)]) -> Result<(), Self> {
+        match flags.iter().find(|(_, given)| given.is_some()) {
+            Some(&(flag, _)) => Err(Self::ShapeWithLoad(flag)),
+            None => Ok(()),
+        }
+    }
+
     /// A [`TrainError::Read`] of `what` (a file or directory named in it) that failed with
     /// `source`.
     pub fn read(

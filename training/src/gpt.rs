@@ -11,7 +11,7 @@
 
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
-use crate::options::{KeepBest, Record, RunOptions};
+use crate::options::{KeepBest, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -263,12 +263,7 @@ pub struct TrainingSettings {
     pub model: Option<GptConfig>,
 }
 
-impl Record for TrainingSettings {
-    fn record(&mut self, step: usize, valid_loss: f64) {
-        self.step = step;
-        self.valid_loss = Some(valid_loss);
-    }
-}
+crate::options::record_step_and_loss!(TrainingSettings);
 
 /// Everything a GPT run needs besides the data.
 #[derive(Clone, Debug)]
@@ -568,11 +563,7 @@ pub struct GptRun {
 }
 
 /// What a GPT run did: trained (its report), and what the model it leaves wrote.
-pub struct GptOutcome {
-    pub report: Option<GptReport>,
-    /// The saved model's continuation of the prompt (the prompt not included).
-    pub writes: Option<String>,
-}
+pub type GptOutcome = crate::options::TextOutcome<GptReport>;
 
 /// `model` continuing `prompt` (from a line break where it is empty) with `sample`, seeded by
 /// `seed`.
@@ -604,16 +595,12 @@ pub fn run<B: AutodiffBackend>(
 ) -> Result<GptOutcome, TrainError> {
     let run = &spec.run;
     if run.continued_from.is_some() {
-        for (flag, given) in [
+        TrainError::refuse_shape_with_load(&[
             ("--layers", spec.layers),
             ("--heads", spec.heads),
             ("--d-model", spec.d_model),
             ("--context", spec.context),
-        ] {
-            if given.is_some() {
-                return Err(TrainError::ShapeWithLoad(flag));
-            }
-        }
+        ])?;
     }
     let loaded = match &run.continued_from {
         Some(dir) => Some(

@@ -3,7 +3,7 @@
 
 use crate::loader::BatchSource;
 use crate::optim::OptimizerSpec;
-use crate::options::{KeepBest, Record};
+use crate::options::KeepBest;
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -161,12 +161,7 @@ pub struct MnistSettings {
     pub valid_loss: Option<f64>,
 }
 
-impl Record for MnistSettings {
-    fn record(&mut self, epoch: usize, test_loss: f64) {
-        self.step = epoch;
-        self.valid_loss = Some(test_loss);
-    }
-}
+crate::options::record_step_and_loss!(MnistSettings);
 
 struct MnistHook {
     report: Reporter,

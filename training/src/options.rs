@@ -255,6 +255,39 @@ pub trait Record: Serialize + Send {
     fn record(&mut self, step: usize, valid_loss: f64);
 }
 
+/// What a run of a text model did: trained (its report), and what the model it leaves wrote.
+pub struct TextOutcome<R> {
+    pub report: Option<R>,
+    /// The saved model's continuation of the prompt (the prompt not included).
+    pub writes: Option<String>,
+}
+
+impl<R> TextOutcome<R> {
+    /// Prints what the model wrote after `prompt`, under a heading where it follows a run.
+    pub fn print_writes(&self, prompt: &str) {
+        if let Some(text) = &self.writes {
+            if self.report.is_some() {
+                println!("--- the saved model writes:");
+            }
+            println!("{prompt}{text}");
+        }
+    }
+}
+
+/// [`Record`] for a settings struct whose `step` and `valid_loss` fields say which model it
+/// describes (every model's `training.json`).
+macro_rules! record_step_and_loss {
+    ($($settings:ty),+) => {$(
+        impl $crate::options::Record for $settings {
+            fn record(&mut self, step: usize, valid_loss: f64) {
+                self.step = step;
+                self.valid_loss = Some(valid_loss);
+            }
+        }
+    )+};
+}
+pub(crate) use record_step_and_loss;
+
 /// Keeping the best model, the same for every model: the lowest validation loss so far (the
 /// starting model's for a continuation), and where a better one is saved with its
 /// `training.json`.

@@ -16,6 +16,11 @@ pub enum Ui {
 }
 
 impl Ui {
+    /// Plain lines where `plain` asks for them, else [`Ui::auto`] (the examples' `--plain`).
+    pub fn plain_or_auto(plain: bool) -> Self {
+        if plain { Ui::Plain } else { Ui::auto() }
+    }
+
     /// The TUI when stdout is a terminal, plain lines otherwise (a pipe, a file, CI).
     pub fn auto() -> Self {
         use std::io::IsTerminal;

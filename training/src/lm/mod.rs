@@ -18,7 +18,7 @@ pub mod data;
 use crate::checks::BadValue;
 use crate::loader::epoch_lengths;
 use crate::optim::OptimizerSpec;
-use crate::options::{KeepBest, Record, RunOptions};
+use crate::options::{KeepBest, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -135,12 +135,7 @@ pub struct LmOptions {
     pub prompt: String,
 }
 
-impl Record for LmSettings {
-    fn record(&mut self, step: usize, valid_loss: f64) {
-        self.step = step;
-        self.valid_loss = Some(valid_loss);
-    }
-}
+crate::options::record_step_and_loss!(LmSettings);
 
 /// One checkpoint's measurements.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -534,11 +529,7 @@ impl LmRun {
 }
 
 /// What an LM run did: trained (its report), and what the model it leaves wrote.
-pub struct LmOutcome {
-    pub report: Option<LmReport>,
-    /// The saved model's continuation of the prompt (the prompt not included).
-    pub writes: Option<String>,
-}
+pub type LmOutcome = crate::options::TextOutcome<LmReport>;
 
 /// The model saved in `dir` continuing `prompt` (from an end of text where it is empty).
 pub fn write<B: Backend>(
@@ -580,18 +571,14 @@ pub fn run<B: AutodiffBackend>(
         });
     }
     if run.continued_from.is_some() {
-        for (flag, given) in [
+        TrainError::refuse_shape_with_load(&[
             ("--layers", spec.layers),
             ("--heads", spec.heads),
             ("--kv-heads", spec.kv_heads),
             ("--d-model", spec.d_model),
             ("--context", spec.context),
             ("--vocab", spec.vocab),
-        ] {
-            if given.is_some() {
-                return Err(TrainError::ShapeWithLoad(flag).into());
-            }
-        }
+        ])?;
     }
     let loaded = match &run.continued_from {
         Some(dir) => Some(

@@ -25,7 +25,7 @@ use crate::checkpoint::replace_dir;
 use crate::checks::BadValue;
 use crate::dit::{DrawSettings, TimeSampling};
 use crate::optim::OptimizerSpec;
-use crate::options::{KeepBest, Record, RunOptions};
+use crate::options::{KeepBest, RunOptions};
 use crate::report::{Reporter, duration};
 use crate::run::{RunConfig, TrainError, fit};
 use crate::schedule::WarmupCosine;
@@ -77,12 +77,7 @@ pub struct VideoSettings {
     pub mostly_right: Option<f64>,
 }
 
-impl Record for VideoSettings {
-    fn record(&mut self, step: usize, valid_loss: f64) {
-        self.step = step;
-        self.valid_loss = Some(valid_loss);
-    }
-}
+crate::options::record_step_and_loss!(VideoSettings);
 
 /// Everything a video run needs besides the data, the judge and the model.
 #[derive(Clone, Debug)]
@@ -108,11 +103,9 @@ impl VideoOptions {
     /// Refuses numbers out of their range, each named by its flag.
     pub fn check(&self) -> Result<(), TrainError> {
         self.run.check()?;
-        crate::checks::share("--label-dropout", self.label_dropout)?;
+        crate::checks::diffusion(self.label_dropout, self.draw.steps, self.draw.guidance)?;
         crate::checks::at_least_one("--eval-clips", self.eval_clips)?;
         crate::checks::non_negative("--double-contrast", self.double_contrast)?;
-        crate::checks::at_least_one("--sample-steps", self.draw.steps)?;
-        crate::checks::finite("--guidance", self.draw.guidance)?;
         self.draw.check()?;
         Ok(())
     }
