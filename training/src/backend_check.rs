@@ -86,7 +86,7 @@ impl Default for Tolerances {
 }
 
 impl Tolerances {
-    /// A CPU backend in f32 against ndarray in f64 (`training/tests/backend_check.rs`): flex, on
+    /// A CPU backend in f32 against ndarray in f64 (`training/tests/suite/backend_check.rs`): flex, on
     /// the tests' model, differs by at most 3.4e-8 (loss), 6.1e-8 (gradient norm), 8.0e-6 (a
     /// first-step gradient) and 8.1e-5 (an end against its move), measured on an AMD EPYC (AVX2).
     /// Against an f32 reference these limits would not hold: ndarray in f32 is itself 1.8e-4 away

@@ -17,7 +17,7 @@
 //! every backward pass by sweeping all the graphs in the process for unused nodes, and a sweep that
 //! meets a graph another thread is still building can free a step of it, which silently loses part
 //! of that part's gradient (burn#5573, fixed upstream after 0.21). Without the meeting point, about
-//! 1 run in 300 of the contrasted video test in `tests/shard.rs` got a wrong gradient.
+//! 1 run in 300 of the contrasted video test in `training/tests/suite/shard.rs` got a wrong gradient.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};

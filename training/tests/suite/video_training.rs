@@ -25,9 +25,9 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// Burn draws initial weights lazily from one process-wide generator: make a model and touch
-/// every parameter under one lock, or two tests side by side interleave their draws.
-static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// Burn draws initial weights lazily from one process-wide generator: make a model and touch
+// every parameter under one lock, or two tests side by side interleave their draws.
+use crate::INIT;
 
 fn tiny() -> VideoDitConfig {
     VideoDitConfig::new()
@@ -90,6 +90,7 @@ fn params(model: &VideoDit<I>) -> Vec<(String, Vec<f32>)> {
 
 #[test]
 fn a_tiny_video_model_learns_and_saves_its_best() {
+    let _beside = crate::beside_others();
     let dir = scratch("learns");
     let (train_clips, test) = data();
     let opts = options(&dir, 40, 20, 3e-3);
@@ -135,6 +136,7 @@ fn threaded(dir: &Path) -> VideoOptions {
 
 #[test]
 fn a_video_run_stopped_and_resumed_is_the_run_that_never_stopped() {
+    let _beside = crate::beside_others();
     let dir = scratch("resume");
     let (train_clips, test) = data();
     let whole_dir = dir.join("whole");

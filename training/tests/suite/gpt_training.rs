@@ -53,6 +53,7 @@ fn scratch(name: &str) -> PathBuf {
 /// A forgotten parameter is silent: the model trains around it. One step must move every tensor.
 #[test]
 fn one_step_moves_every_parameter_tensor() {
+    let _beside = crate::beside_others();
     B::seed(&Default::default(), 1);
     let model: Gpt<B> = tiny(9, 8).init(&Default::default());
     let before = named::export(&model);
@@ -73,6 +74,7 @@ fn one_step_moves_every_parameter_tensor() {
 /// one sequence.
 #[test]
 fn memorises_one_short_sequence() {
+    let _beside = crate::beside_others();
     let text = "to be or not to be";
     let tok = CharTokenizer::from_text(text);
     let all = tok.encode(text, "text").unwrap();
@@ -130,6 +132,7 @@ fn options(steps: usize, every: usize, save: Option<PathBuf>, run_dir: PathBuf) 
 /// it learns.
 #[test]
 fn evaluating_more_often_trains_the_same_model() {
+    let _beside = crate::beside_others();
     let text: String = (0..400)
         .map(|i| if (i * i + 3 * i) % 7 < 3 { 'a' } else { 'b' })
         .collect();
@@ -168,6 +171,7 @@ fn evaluating_more_often_trains_the_same_model() {
 /// validation worse, so a continuation must leave the model it was given untouched, byte for byte.
 #[test]
 fn a_continuation_that_helps_nothing_changes_nothing() {
+    let _beside = crate::beside_others();
     let text: String = "a".repeat(360) + &"b".repeat(40);
     let data = TextData::new("contradiction", &text, None, 8).unwrap();
     let dir = scratch("continue");
@@ -225,6 +229,7 @@ fn a_continuation_that_helps_nothing_changes_nothing() {
 /// Save, load back through the GPT-2 loader, and the logits are identical.
 #[test]
 fn save_then_load_gives_identical_logits() {
+    let _beside = crate::beside_others();
     let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n".repeat(4);
     let data = TextData::new("t", &text, None, 8).unwrap();
     B::seed(&Default::default(), 9);
@@ -272,6 +277,7 @@ fn save_then_load_gives_identical_logits() {
 /// A run whose loss becomes NaN stops with an error saying so, instead of training on NaN.
 #[test]
 fn a_diverging_run_stops_and_says_so() {
+    let _beside = crate::beside_others();
     let text: String = (0..400)
         .map(|i| if (i * i + 3 * i) % 7 < 3 { 'a' } else { 'b' })
         .collect();

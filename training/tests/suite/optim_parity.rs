@@ -49,10 +49,10 @@ fn t<const D: usize>(v: &[f64], shape: [usize; D]) -> Tensor<AB, D> {
     Tensor::from_data(TensorData::new(v.to_vec(), shape), &Default::default())
 }
 
-/// Burn draws initial weights from one process-wide generator, lazily: a test that seeds it holds
-/// this lock until every parameter it drew has its value, and a test that makes a module holds it
-/// while the module is made, so that no draws interleave.
-static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// Burn draws initial weights from one process-wide generator, lazily: a test that seeds it holds
+// this lock until every parameter it drew has its value, and a test that makes a module holds it
+// while the module is made, so that no draws interleave.
+use crate::INIT;
 
 fn burn_mlp(p: &MlpParams) -> Mlp<AB> {
     let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
@@ -100,6 +100,7 @@ fn burn_step(
 
 #[test]
 fn adamw_steps_with_clipping_match_the_reference() {
+    let _beside = crate::beside_others();
     let (mut p, x, y) = point();
     let h = AdamW {
         lr: 0.05,
@@ -147,6 +148,7 @@ fn adamw_steps_with_clipping_match_the_reference() {
 
 #[test]
 fn sgd_momentum_steps_match_the_reference() {
+    let _beside = crate::beside_others();
     let (mut p, x, y) = point();
     let (lr, mu) = (0.1, 0.9);
     let mut model = burn_mlp(&p);
@@ -177,6 +179,7 @@ fn sgd_momentum_steps_match_the_reference() {
 /// inverted `√max(1, rows/cols)` scale shows (it is √(7/3) for one and 1 for the other).
 #[test]
 fn muon_steps_match_the_reference() {
+    let _beside = crate::beside_others();
     use burn::optim::SimpleOptimizer;
     use nervus_models::reference::muon as reference;
     use nervus_training::muon::Muon;
@@ -231,6 +234,7 @@ fn muon_steps_match_the_reference() {
 /// embedding by AdamW's first step (≈ lr per entry, plus decay): each part gets its optimizer.
 #[test]
 fn muon_takes_the_block_matrices_and_adamw_the_rest() {
+    let _beside = crate::beside_others();
     use nervus_models::gpt::{Gpt, GptConfig};
     use nervus_training::muon::Muon;
     let dev = Default::default();

@@ -39,9 +39,9 @@ fn data() -> TextData {
     TextData::new("ab", &text, None, 8).unwrap()
 }
 
-/// Burn draws parameters lazily from one process-wide generator: make each model, and touch every
-/// parameter, under one lock.
-static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// Burn draws parameters lazily from one process-wide generator: make each model, and touch every
+// parameter, under one lock.
+use crate::INIT;
 
 fn fresh(config: &GptConfig) -> Gpt<B> {
     let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
@@ -96,6 +96,7 @@ fn read(path: &Path) -> Vec<u8> {
 
 #[test]
 fn a_fresh_run_refuses_to_replace_a_saved_model_unless_told_to() {
+    let _beside = crate::beside_others();
     let dir = scratch("fresh");
     let data = data();
     let opts = options(&dir, 4, 2);
@@ -125,6 +126,7 @@ fn a_fresh_run_refuses_to_replace_a_saved_model_unless_told_to() {
 
 #[test]
 fn nonsense_numbers_are_refused_before_any_step_naming_the_flag() {
+    let _beside = crate::beside_others();
     let dir = scratch("numbers");
     let data = data();
     type Change = Box<dyn Fn(&mut GptOptions)>;
@@ -162,6 +164,7 @@ fn nonsense_numbers_are_refused_before_any_step_naming_the_flag() {
 /// leaves them) and resumed ends on the weights of the run that was never stopped, to the bit.
 #[test]
 fn a_gpt_run_resumed_after_a_kill_is_the_run_that_never_stopped() {
+    let _beside = crate::beside_others();
     let dir = scratch("resume");
     let data = data();
     let whole_opts = options(&dir.join("whole"), 6, 2);
@@ -195,6 +198,7 @@ fn a_gpt_run_resumed_after_a_kill_is_the_run_that_never_stopped() {
 
 #[test]
 fn a_resume_with_another_shape_or_schedule_is_refused_and_changes_nothing() {
+    let _beside = crate::beside_others();
     let dir = scratch("reshape");
     let data = data();
     let opts = options(&dir, 6, 2);
@@ -225,6 +229,7 @@ fn a_resume_with_another_shape_or_schedule_is_refused_and_changes_nothing() {
 /// there at all says that.
 #[test]
 fn a_resume_of_a_broken_first_checkpoint_or_of_nothing_says_so_and_starts_over() {
+    let _beside = crate::beside_others();
     let dir = scratch("broken");
     let data = data();
     let opts = options(&dir.join("whole"), 4, 2);
@@ -269,6 +274,7 @@ fn a_resume_of_a_broken_first_checkpoint_or_of_nothing_says_so_and_starts_over()
 #[cfg(target_os = "linux")]
 #[test]
 fn a_checkpoint_that_cannot_be_written_stops_the_run_with_an_error() {
+    let _beside = crate::beside_others();
     let dir = scratch("full");
     let data = data();
     let ckpt = dir.join("train/checkpoint");
@@ -292,6 +298,7 @@ fn a_checkpoint_that_cannot_be_written_stops_the_run_with_an_error() {
 /// width), so the loader alone would run it silently as another model; `training.json` catches it.
 #[test]
 fn a_saved_config_edited_afterwards_is_refused() {
+    let _beside = crate::beside_others();
     let dir = scratch("edited");
     let data = data();
     let opts = options(&dir, 2, 2);

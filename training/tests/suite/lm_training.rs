@@ -90,10 +90,10 @@ fn options(dir: &Path, steps: usize, every: usize) -> LmOptions {
     }
 }
 
-/// Burn draws initial weights from one process-wide generator, and lazily, at a parameter's first
-/// use: tests running side by side would interleave their draws. So a model is made, and every
-/// parameter touched, while this lock is held.
-static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// Burn draws initial weights from one process-wide generator, and lazily, at a parameter's first
+// use: tests running side by side would interleave their draws. So a model is made, and every
+// parameter touched, while this lock is held.
+use crate::INIT;
 
 fn fresh_seeded(config: &GptConfig, seed: u64) -> Gpt<B> {
     let _held = INIT.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,12 +130,14 @@ fn logged_steps(path: &Path) -> Vec<usize> {
 
 #[test]
 fn a_run_stopped_and_resumed_is_the_run_that_never_stopped() {
+    let _beside = crate::beside_others();
     stop_and_resume("resume-adamw", OptimizerSpec::adamw(0.1));
 }
 
 /// Muon's momentum buffers are part of the checkpoint too.
 #[test]
 fn a_muon_run_stopped_and_resumed_is_the_run_that_never_stopped() {
+    let _beside = crate::beside_others();
     stop_and_resume("resume-muon", OptimizerSpec::muon(0.01, 0.05, 0.1));
 }
 
@@ -213,6 +215,7 @@ fn stop_and_resume(name: &str, optimizer: OptimizerSpec) {
 
 #[test]
 fn the_evaluation_is_the_same_for_every_run_and_the_corpus_is_reused() {
+    let _beside = crate::beside_others();
     let dir = scratch("eval");
     let a = corpus(&dir);
     let b = corpus(&dir); // from the cache this time
@@ -245,6 +248,7 @@ fn the_evaluation_is_the_same_for_every_run_and_the_corpus_is_reused() {
 /// reductions across the threads of the pool it runs in) gives the same loss to the bit.
 #[test]
 fn the_evaluation_is_the_same_at_any_thread_count() {
+    let _beside = crate::beside_others();
     let dir = scratch("threads");
     let c = corpus(&dir);
     use burn::module::AutodiffModule;
@@ -366,6 +370,7 @@ fn run_accumulated(
 
 #[test]
 fn micro_batches_and_parts_make_the_step_one_whole_batch_makes() {
+    let _beside = crate::beside_others();
     let windows: Vec<Vec<i64>> = (0..12)
         .map(|r| {
             (0..9)
@@ -417,6 +422,7 @@ fn micro_batches_and_parts_make_the_step_one_whole_batch_makes() {
 
 #[test]
 fn the_saved_model_loads_back_with_its_tokenizer() {
+    let _beside = crate::beside_others();
     let dir = scratch("save");
     let corpus = corpus(&dir.join("corpora"));
     let opts = options(&dir, 2, 2);

@@ -19,13 +19,7 @@ use nervus_models::gpt::{Gpt, GptCache, GptConfig, LmBatch};
 type TB = burn_ndarray::NdArray<f64>;
 type AB = Autodiff<TB>;
 
-/// Building a model draws from Burn's process-wide generator; each test holds this from its seed
-/// until its weights are drawn (forced by the first forward pass).
-static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
-    RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::rng_lock;
 
 const V: usize = 23;
 

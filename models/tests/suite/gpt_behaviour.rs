@@ -9,16 +9,12 @@ use nervus_models::gpt::{Gpt, GptConfig, GptSize};
 type TB = burn_ndarray::NdArray<f64>;
 type AB = Autodiff<TB>;
 
-/// NdArray's seeded generator is one per process, the tests of this file run on parallel
-/// threads, and Burn draws a parameter's initial values lazily, at its first use. So each test
-/// holds this lock from its seed to its end: no other test's draws land among its own. (Without
-/// it, `first_loss_is_ln_vocab` got other weights from run to run, and once missed its bound:
-/// 4.1964 against 4.1744.)
-static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
-    RNG.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+// NdArray's seeded generator is one per process, the tests run on parallel threads, and Burn
+// draws a parameter's initial values lazily, at its first use. So each test holds
+// [`crate::rng_lock`] from its seed to its end: no other test's draws land among its own.
+// (Without it, `first_loss_is_ln_vocab` got other weights from run to run, and once missed its
+// bound: 4.1964 against 4.1744.)
+use crate::rng_lock;
 
 fn ids<B: Backend>(v: &[i64], rows: usize) -> Tensor<B, 2, Int> {
     Tensor::from_data(

@@ -40,14 +40,7 @@ fn scrambled<M: Module<B>>(model: M, seed: u64, scale: f64) -> M {
     named::import(model, tensors, std::path::Path::new("test")).expect("import")
 }
 
-/// Held through every test here that takes a gradient. The tests of one binary run on threads side by
-/// side, and Burn 0.21 ends each backward pass by sweeping every graph in the process, which can
-/// cost a graph another test is still building part of its gradient (burn#5573): the race
-/// `shard::step` keeps its own parts out of.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ALONE.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::alone;
 
 /// Each parameter's gradient, by parameter id.
 fn grads_of<M: AutodiffModule<B>>(model: &M, grads: &GradientsParams) -> HashMap<String, Vec<f64>> {
@@ -145,7 +138,7 @@ fn ranges_cover_the_batch_in_nearly_equal_parts() {
 
 #[test]
 fn video_dit_parts_give_the_whole_batch_gradient() {
-    let _alone = one_at_a_time();
+    let _alone = alone();
     let dev = Default::default();
     B::seed(&dev, 17);
     let config = VideoDitConfig::new()
@@ -178,7 +171,7 @@ fn video_dit_parts_give_the_whole_batch_gradient() {
 
 #[test]
 fn gpt_parts_give_the_whole_batch_gradient_with_document_masks() {
-    let _alone = one_at_a_time();
+    let _alone = alone();
     let dev = Default::default();
     let config = GptConfig::new(11)
         .with_context(6)
@@ -210,7 +203,7 @@ fn gpt_parts_give_the_whole_batch_gradient_with_document_masks() {
 
 #[test]
 fn mlp_parts_give_the_whole_batch_gradient_and_outputs() {
-    let _alone = one_at_a_time();
+    let _alone = alone();
     let dev = Default::default();
     B::seed(&dev, 23);
     let model = scrambled(
@@ -275,7 +268,7 @@ impl<B: AutodiffBackend> TrainStep for Fragile<B> {
 
 #[test]
 fn a_part_that_fails_fails_the_step_and_no_part_waits_for_it() {
-    let _alone = one_at_a_time();
+    let _alone = alone();
     let dev = Default::default();
     let model = Fragile::<B> {
         w: Param::from_tensor(Tensor::from_data([1.0, 2.0], &dev)),
