@@ -6,8 +6,11 @@
 use crate::{DataError, Result};
 use md5::Md5;
 use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use std::io::Read;
+#[cfg(feature = "download")]
+use std::io::Write;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "download")]
 use std::time::Duration;
 
 /// A published checksum, as lowercase hex.
@@ -18,6 +21,7 @@ pub enum Checksum {
 }
 
 impl Checksum {
+    #[cfg_attr(not(feature = "download"), allow(dead_code))]
     fn algorithm(&self) -> &'static str {
         match self {
             Checksum::Md5(_) => "md5",
@@ -107,8 +111,29 @@ pub enum Fetched {
     Downloaded { bytes: u64, sha256: String },
 }
 
+/// The HTTP client downloads go through (reqwest's, with the `download` feature).
+#[cfg(feature = "download")]
+pub type Client = reqwest::blocking::Client;
+
+/// Without the `download` feature there is no client: [`client`] says so, and nothing fetches.
+#[cfg(not(feature = "download"))]
+#[derive(Debug)]
+pub enum Client {}
+
+/// Without the `download` feature: the one-line error a download asked of such a build gets.
+#[cfg(not(feature = "download"))]
+pub fn client() -> Result<Client> {
+    Err(DataError::Invalid {
+        what: "a download".into(),
+        problem: "this build of nervus-datasets has no `download` feature (reqwest): \
+                  build it with that feature, or put the files in place by hand"
+            .into(),
+    })
+}
+
 /// A client with timeouts suited to large files on slow links.
-pub fn client() -> Result<reqwest::blocking::Client> {
+#[cfg(feature = "download")]
+pub fn client() -> Result<Client> {
     reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(15))
         .timeout(None)
@@ -123,7 +148,7 @@ pub fn client() -> Result<reqwest::blocking::Client> {
 /// Fetches `remote` unless a verified copy is already in place. `progress(done, total)` is called
 /// as bytes arrive (`total` is `None` when the server does not say).
 pub fn fetch(
-    client: &reqwest::blocking::Client,
+    client: &Client,
     remote: &Remote,
     progress: &mut dyn FnMut(u64, Option<u64>),
 ) -> Result<Fetched> {
@@ -182,7 +207,7 @@ pub fn record_path(dest: &Path) -> PathBuf {
 /// the file is held to it. A cached copy that no longer matches is fetched again, and a source that
 /// now serves other bytes is refused with an error naming the record, which is left as it was.
 pub fn fetch_recorded(
-    client: &reqwest::blocking::Client,
+    client: &Client,
     what: &str,
     urls: Vec<String>,
     dest: &Path,
@@ -229,6 +254,7 @@ pub fn fetch_recorded(
     Ok(fetched)
 }
 
+#[cfg_attr(not(feature = "download"), allow(dead_code))]
 enum FetchError {
     /// No connection could be made: try the next mirror, and say "offline" if none answers.
     Unreachable(String),
@@ -236,14 +262,26 @@ enum FetchError {
     Failed(DataError),
 }
 
+#[cfg(feature = "download")]
 fn partial_path(dest: &Path) -> PathBuf {
     let mut name = dest.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     dest.with_file_name(name)
 }
 
+#[cfg(not(feature = "download"))]
 fn fetch_one(
-    client: &reqwest::blocking::Client,
+    client: &Client,
+    _: &str,
+    _: &Remote,
+    _: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Fetched, FetchError> {
+    match *client {}
+}
+
+#[cfg(feature = "download")]
+fn fetch_one(
+    client: &Client,
     url: &str,
     remote: &Remote,
     progress: &mut dyn FnMut(u64, Option<u64>),

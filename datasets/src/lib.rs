@@ -5,10 +5,15 @@
 //!
 //! Training never downloads: a download happens only when a user asks for one, through
 //! [`download`], into the cache directory named by [`cache::data_dir`].
+//!
+//! Cargo features: `download` (reqwest, for the verified downloads) and `crawl` (the crawler; url
+//! as well), both on by default. Without `download`, a download asked for is refused with a
+//! one-line error and everything else works.
 
 pub mod bpe;
 pub mod cache;
 pub mod corpus;
+#[cfg(feature = "crawl")]
 pub mod crawl;
 pub mod documents;
 pub mod download;

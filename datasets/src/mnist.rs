@@ -200,7 +200,7 @@ pub fn full_dir(cache: &Path) -> PathBuf {
 /// Fetches (or verifies) the full MNIST into `dir` from `mirrors` (base addresses ending in `/`).
 /// Returns what happened to each file.
 pub fn download(
-    client: &reqwest::blocking::Client,
+    client: &crate::download::Client,
     dir: &Path,
     mirrors: &[&str],
     progress: &mut dyn FnMut(&str, u64, Option<u64>),
