@@ -1,18 +1,12 @@
 //! The DiT that draws digits: patches in, blocks conditioned on the noise level and the label,
 //! patches out; laid out as diffusers' `DiTTransformer2DModel` (`norm_type = "ada_norm_zero"`), so
-//! [`crate::diffusers`] writes a pipeline diffusers loads.
-//!
-//! Initialisation follows the DiT paper: Xavier-uniform linear layers with zero biases, N(0, 0.02)
-//! for the label table and the timestep MLP, and zeros for every adaLN modulation map and for the
-//! output layer, so a fresh model is the identity in every block and predicts zero velocity.
+//! [`crate::diffusers`] writes a pipeline diffusers loads. The model is the DiT trunk
+//! ([`crate::dit_trunk`]) with this config beside it.
 
-use crate::dit_block::{ADA_NORM_EPS, DitBlock, DitBlockConfig};
+use crate::dit_trunk::{DitTrunk, TrunkShape};
 use crate::flow::{FlowBatch, Velocity, mse, noised};
-use crate::modulate::{layer_norm_plain, modulate};
 use crate::output::{LossOutput, Objective, train_step};
-use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
-use crate::silu::silu;
-use burn::nn::{Initializer, Linear, LinearConfig};
+use crate::patch_embed::unpatchify;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
@@ -64,40 +58,26 @@ impl DitConfig {
         (self.sample_size / self.patch_size).pow(2)
     }
 
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Dit<B> {
-        let d = self.d_model();
-        let zeros = |i, o| {
-            LinearConfig::new(i, o)
-                .with_initializer(Initializer::Zeros)
-                .init(device)
-        };
-        Dit {
-            pos_embed: PatchEmbedConfig::new(self.in_channels, self.patch_size, d).init(device),
-            transformer_blocks: (0..self.num_layers)
-                .map(|_| {
-                    DitBlockConfig::new(d, self.num_attention_heads, self.classes)
-                        .with_norm_eps(self.norm_eps)
-                        .init(device)
-                })
-                .collect(),
-            proj_out_1: zeros(d, 2 * d),
-            proj_out_2: zeros(d, self.patch_size * self.patch_size * self.in_channels),
-            config: self.clone(),
+    /// The sizes of its trunk.
+    pub fn shape(&self) -> TrunkShape {
+        TrunkShape {
+            in_channels: self.in_channels,
+            patch_size: self.patch_size,
+            num_layers: self.num_layers,
+            num_attention_heads: self.num_attention_heads,
+            attention_head_dim: self.attention_head_dim,
+            classes: self.classes,
+            norm_eps: self.norm_eps,
         }
+    }
+
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Dit<B> {
+        self.shape().init(self.clone(), device)
     }
 }
 
-#[derive(Module, Debug)]
-pub struct Dit<B: Backend> {
-    pub pos_embed: PatchEmbed<B>,
-    pub transformer_blocks: Vec<DitBlock<B>>,
-    /// Shift and scale of the final norm, from the conditioning.
-    pub proj_out_1: Linear<B>,
-    /// Tokens to patches of velocity.
-    pub proj_out_2: Linear<B>,
-    #[module(skip)]
-    pub config: DitConfig,
-}
+/// The image DiT: the trunk and its [`DitConfig`].
+pub type Dit<B> = DitTrunk<B, DitConfig>;
 
 impl<B: Backend> Dit<B> {
     /// Shapes: `x [B, C, H, W]`, `t [B]` on diffusers' 0..1000 scale, `labels [B, 1]` (the null
@@ -109,19 +89,9 @@ impl<B: Backend> Dit<B> {
         labels: Tensor<B, 2, Int>,
     ) -> Tensor<B, 4> {
         let [_, c, h, w] = x.dims();
-        let mut tokens = self.pos_embed.forward(x); // [B, N, D]
-        for block in &self.transformer_blocks {
-            tokens = block.forward(tokens, t.clone(), labels.clone(), None);
-        }
-        // diffusers conditions the output layer on the first block's embedder.
-        let cond = self.transformer_blocks[0].norm1.emb.forward(t, labels); // [B, D]
-        unpatchify(self.head(tokens, cond), self.config.patch_size, c, h, w)
-    }
-
-    /// The output layer (see [`head`]). Shapes: `tokens [B, N, D]`, `cond [B, D]` →
-    /// `[B, N, p·p·C]`.
-    pub fn head(&self, tokens: Tensor<B, 3>, cond: Tensor<B, 2>) -> Tensor<B, 3> {
-        head(&self.proj_out_1, &self.proj_out_2, tokens, cond)
+        let tokens = self.pos_embed.forward(x); // [B, N, D]
+        let out = self.blocks_and_head(tokens, t, labels, |_| None);
+        unpatchify(out, self.config.patch_size, c, h, w)
     }
 
     /// The flow-matching loss of a batch.
@@ -129,24 +99,6 @@ impl<B: Backend> Dit<B> {
         let (xt, target) = noised(batch.x, batch.noise, batch.t.clone());
         mse(self.forward(xt, batch.t * 1000.0, batch.labels), target)
     }
-}
-
-/// The output layer of the image and the video DiT: norm, shift and scale from the conditioning
-/// (shift first, as diffusers chunks it), then tokens to patch values. Shapes: `tokens [B, N, D]`,
-/// `cond [B, D]` → `[B, N, p·p·C]`.
-pub fn head<B: Backend>(
-    proj_out_1: &Linear<B>,
-    proj_out_2: &Linear<B>,
-    tokens: Tensor<B, 3>,
-    cond: Tensor<B, 2>,
-) -> Tensor<B, 3> {
-    let d = cond.dims()[1];
-    let mut ss = crate::fused::linear(proj_out_1, silu(cond))
-        .split(d, 1)
-        .into_iter();
-    let (shift, scale) = (ss.next().expect("shift"), ss.next().expect("scale"));
-    let tokens = modulate(layer_norm_plain(tokens, ADA_NORM_EPS), shift, scale);
-    crate::fused::linear(proj_out_2, tokens)
 }
 
 impl<B: AutodiffBackend> Objective<B> for Dit<B> {

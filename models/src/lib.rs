@@ -11,6 +11,7 @@ pub mod diffusers;
 pub mod dit;
 pub mod dit_attention;
 pub mod dit_block;
+pub mod dit_trunk;
 pub mod feed_forward;
 pub mod flow;
 pub mod frame_embed;

@@ -9,14 +9,12 @@
 //! `F` frames read each other), done by regrouping the tokens ([`crate::regroup`]), so a patch
 //! still hears from anywhere in the clip, in two hops, for a fraction of the arithmetic.
 
-use crate::dit::head;
-use crate::dit_block::{DitBlock, DitBlockConfig};
+use crate::dit_trunk::{DitTrunk, TrunkShape};
 use crate::flow::{FlowBatch, Velocity, mse, mse_per_sample, noised};
 use crate::frame_embed::add_frame_wave;
 use crate::output::{LossOutput, Objective, train_step};
-use crate::patch_embed::{PatchEmbed, PatchEmbedConfig, unpatchify};
+use crate::patch_embed::unpatchify;
 use crate::regroup::{Axis, Grouping};
-use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::softplus;
 use burn::tensor::backend::AutodiffBackend;
@@ -111,37 +109,25 @@ impl VideoDitConfig {
             self.patch_size,
             self.sample_size
         );
-        let d = self.d_model();
-        let zeros = |i, o| {
-            LinearConfig::new(i, o)
-                .with_initializer(Initializer::Zeros)
-                .init(device)
-        };
-        VideoDit {
-            pos_embed: PatchEmbedConfig::new(self.in_channels, self.patch_size, d).init(device),
-            transformer_blocks: (0..self.num_layers)
-                .map(|_| {
-                    DitBlockConfig::new(d, self.num_attention_heads, self.classes)
-                        .with_norm_eps(self.norm_eps)
-                        .init(device)
-                })
-                .collect(),
-            proj_out_1: zeros(d, 2 * d),
-            proj_out_2: zeros(d, self.patch_size * self.patch_size * self.in_channels),
-            config: self.clone(),
+        self.shape().init(self.clone(), device)
+    }
+
+    /// The sizes of its trunk.
+    pub fn shape(&self) -> TrunkShape {
+        TrunkShape {
+            in_channels: self.in_channels,
+            patch_size: self.patch_size,
+            num_layers: self.num_layers,
+            num_attention_heads: self.num_attention_heads,
+            attention_head_dim: self.attention_head_dim,
+            classes: self.classes,
+            norm_eps: self.norm_eps,
         }
     }
 }
 
-#[derive(Module, Debug)]
-pub struct VideoDit<B: Backend> {
-    pub pos_embed: PatchEmbed<B>,
-    pub transformer_blocks: Vec<DitBlock<B>>,
-    pub proj_out_1: Linear<B>,
-    pub proj_out_2: Linear<B>,
-    #[module(skip)]
-    pub config: VideoDitConfig,
-}
+/// The video DiT: the image model's trunk with a [`VideoDitConfig`] (frames, attention groups).
+pub type VideoDit<B> = DitTrunk<B, VideoDitConfig>;
 
 impl<B: Backend> VideoDit<B> {
     /// The clip as tokens, frames end to end, with both position waves. Shapes:
@@ -162,12 +148,8 @@ impl<B: Backend> VideoDit<B> {
         labels: Tensor<B, 2, Int>,
     ) -> Tensor<B, 5> {
         let [b, f, c, h, w] = x.dims();
-        let mut tokens = self.embed(x);
-        for (i, block) in self.transformer_blocks.iter().enumerate() {
-            tokens = block.forward(tokens, t.clone(), labels.clone(), self.config.grouping(i));
-        }
-        let cond = self.transformer_blocks[0].norm1.emb.forward(t, labels); // [B, D]
-        let out = head(&self.proj_out_1, &self.proj_out_2, tokens, cond); // [B, F·N, p·p·C]
+        let tokens = self.embed(x);
+        let out = self.blocks_and_head(tokens, t, labels, |i| self.config.grouping(i)); // [B, F·N, p·p·C]
         let [_, _, pp] = out.dims();
         let n = self.config.patches();
         unpatchify(out.reshape([b * f, n, pp]), self.config.patch_size, c, h, w)
