@@ -6,12 +6,12 @@
 //! `fusion`); exits non-zero, naming what differs, when they do not agree.
 
 use anyhow::{Result, bail};
-use burn::backend::{Autodiff, Flex};
 use clap::Parser;
 use nervus_datasets::mnist::Mnist;
 use nervus_datasets::moving::Clips;
 use nervus_training::backend;
-use nervus_training::backend_check::{CheckOptions, Tolerances, compare, initial_weights, trace};
+use nervus_training::backend_check::{CheckOptions, Tolerances, compare};
+use nervus_training::chosen;
 use std::sync::Arc;
 
 #[derive(Parser, Debug)]
@@ -63,14 +63,11 @@ fn run() -> Result<()> {
         ..CheckOptions::default()
     };
     let clips = Arc::new(Clips::new(&Mnist::vendored().train));
-    let cpu = Default::default();
-    let weights = initial_weights::<Autodiff<Flex>>(&opts, &cpu);
-    println!("{opts:?}: reference run on flex");
-    let reference = trace::<Autodiff<Flex>>(&opts, &weights, clips.clone(), "flex", &cpu)
-        .map_err(anyhow::Error::msg)?;
-    println!("tested run on {}", backend::NAME);
-    let tested = trace::<backend::Train>(&opts, &weights, clips, backend::NAME, &backend::device())
-        .map_err(anyhow::Error::msg)?;
+    println!(
+        "{opts:?}: a reference run on flex, then the tested run on {}",
+        backend::NAME
+    );
+    let (reference, tested) = chosen::backend_check(&opts, clips).map_err(anyhow::Error::msg)?;
     let report = compare(&reference, &tested, Tolerances::default());
     print!("{}", report.summary(&reference, &tested));
     if !report.failures.is_empty() {

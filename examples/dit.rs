@@ -8,8 +8,8 @@
 
 use anyhow::Result;
 use clap::Parser;
-use nervus_training::backend;
-use nervus_training::dit::{DitOptions, DitRun, TimeSampling, run};
+use nervus_training::chosen;
+use nervus_training::dit::{DitOptions, DitRun, TimeSampling};
 use nervus_training::options::{DrawArgs, RunArgs, parse_with_defaults};
 use nervus_training::report::{Reporter, Ui};
 use std::path::PathBuf;
@@ -89,6 +89,6 @@ fn train() -> Result<()> {
     };
     let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(args.out.join("log.txt")));
-    run::<backend::Train>(&spec, &report, &backend::device())?;
+    chosen::dit(&spec, &report)?;
     Ok(())
 }

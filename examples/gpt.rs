@@ -10,8 +10,8 @@
 use anyhow::Result;
 use clap::Parser;
 use nervus_inference::generate::SampleOptions;
-use nervus_training::backend;
-use nervus_training::gpt::{GptRun, run};
+use nervus_training::chosen;
+use nervus_training::gpt::GptRun;
 use nervus_training::options::{RunArgs, parse_with_defaults};
 use nervus_training::report::{Reporter, Ui};
 
@@ -91,7 +91,7 @@ fn train() -> Result<()> {
         download: args.download,
         data: args.data,
     };
-    let out = run::<backend::Train>(&spec, &report, &backend::device())?;
+    let out = chosen::gpt(&spec, &report)?;
     out.print_writes(&args.prompt);
     Ok(())
 }

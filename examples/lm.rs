@@ -13,7 +13,8 @@ use anyhow::Result;
 use clap::Parser;
 use nervus_inference::generate::SampleOptions;
 use nervus_training::backend;
-use nervus_training::lm::{LmRun, run};
+use nervus_training::chosen;
+use nervus_training::lm::LmRun;
 use nervus_training::options::{RunArgs, parse_with_defaults};
 use nervus_training::report::{Reporter, Ui};
 use std::path::PathBuf;
@@ -148,7 +149,7 @@ fn train() -> Result<()> {
         download: args.download,
         data: args.data,
     };
-    let out = run::<backend::Train>(&spec, &report, &backend::device())?;
+    let out = chosen::lm(&spec, &report)?;
     out.print_writes(&args.prompt);
     Ok(())
 }

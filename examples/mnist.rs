@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nervus_datasets::{cache, mnist};
 use nervus_training::backend;
-use nervus_training::mnist::{MnistOptions, train};
+use nervus_training::chosen;
+use nervus_training::mnist::MnistOptions;
 use nervus_training::optim::OptimizerSpec;
 use nervus_training::report::{Reporter, Ui};
 use std::path::PathBuf;
@@ -121,12 +122,11 @@ fn run() -> Result<()> {
         run_dir,
         overwrite: args.overwrite,
     };
-    let (_, result) = train::<backend::Train>(
+    let (_, result) = chosen::mnist(
         &opts,
         Arc::new(data.train),
         Arc::new(data.test),
         report.clone(),
-        &backend::device(),
     )
     .context("training failed")?;
     // The test loss never fell (NaN from the first epoch): nothing was saved.

@@ -11,12 +11,12 @@
 use anyhow::Result;
 use clap::Parser;
 use nervus_models::video_dit::Attention;
-use nervus_training::backend;
+use nervus_training::chosen;
 use nervus_training::dit::TimeSampling;
 use nervus_training::options::{DrawArgs, RunArgs, parse_with_defaults};
 use nervus_training::report::{Reporter, Ui};
 use nervus_training::video::judge::JudgeArgs;
-use nervus_training::video::{VideoOptions, VideoRun, model_config, run};
+use nervus_training::video::{VideoOptions, VideoRun, model_config};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -99,6 +99,6 @@ fn train() -> Result<()> {
     };
     let ui = Ui::plain_or_auto(args.run.plain);
     let report = Reporter::new(ui, Some(args.out.join("log.txt")));
-    run::<backend::Train>(&spec, report, &backend::device())?;
+    chosen::video(&spec, report)?;
     Ok(())
 }

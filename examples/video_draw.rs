@@ -14,10 +14,10 @@ use anyhow::Result;
 use clap::Parser;
 use nervus_datasets::mnist::Mnist;
 use nervus_datasets::moving;
-use nervus_training::backend;
+use nervus_training::chosen;
 use nervus_training::options::DrawArgs;
 use nervus_training::report::{Reporter, Ui};
-use nervus_training::video::draw::{DrawOptions, draw_saved};
+use nervus_training::video::draw::DrawOptions;
 use nervus_training::video::judge::JudgeArgs;
 use nervus_training::video::verdict::parse_pairs;
 use std::path::PathBuf;
@@ -93,6 +93,6 @@ fn draw() -> Result<()> {
     let data = Mnist::load(args.download, None)?;
     let ui = Ui::plain_or_auto(args.plain);
     let report = Reporter::new(ui, Some(opts.out.join("log.txt")));
-    draw_saved::<backend::Train>(&opts, &data, &report, &backend::device())?;
+    chosen::video_draw(&opts, &data, &report)?;
     Ok(())
 }

@@ -11,6 +11,9 @@ pub mod backend_check;
 pub mod bench;
 pub mod checkpoint;
 pub mod checks;
+// Not in this crate's unit-test build, which does not use it (see the module's text).
+#[cfg(not(test))]
+pub mod chosen;
 pub mod dit;
 pub mod error;
 pub mod experiment;
