@@ -10,6 +10,7 @@
 //! leaves a `.partial` file or a hidden working directory behind). Kills chain within one run, each resumed attempt killed again, until the
 //! run finishes; the next kills start a new run.
 
+use crate::cargo::cargo;
 use anyhow::{Context, Result, bail};
 use nervus_datasets::rng::Rng;
 use std::path::{Path, PathBuf};
@@ -37,10 +38,6 @@ pub struct KillArgs {
     /// Working directory (emptied first).
     #[arg(long, default_value = "target/kill-test")]
     out: PathBuf,
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
 fn root() -> PathBuf {
@@ -236,9 +233,19 @@ impl Launch<'_> {
 
 pub fn run(args: KillArgs) -> Result<()> {
     let name = example(args.model);
-    let status = Command::new(cargo())
+    // `--workspace`: the features of `cargo test --release --workspace`, so the binaries that
+    // build made are used as they are (the root package alone turns fewer features on, which
+    // rebuilt Burn and everything above it: about 100 s of CI).
+    let status = cargo()
         .current_dir(root())
-        .args(["build", "--release", "--quiet", "--example", name])
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--workspace",
+            "--example",
+            name,
+        ])
         .status()?;
     if !status.success() {
         bail!("building the {name} example failed ({status})");
@@ -265,9 +272,16 @@ pub fn run(args: KillArgs) -> Result<()> {
         match o {
             Ok(o) if o.status.success() => {}
             _ => {
-                let status = Command::new(cargo())
+                let status = cargo()
                     .current_dir(root())
-                    .args(["build", "--release", "--quiet", "--example", "mnist"])
+                    .args([
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "--workspace",
+                        "--example",
+                        "mnist",
+                    ])
                     .status()?;
                 let o = Command::new(root().join("target/release/examples/mnist"))
                     .current_dir(&work)

@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_pytorch;
+mod cargo;
 mod kill_test;
 mod measure;
 mod mutants;
@@ -79,21 +80,20 @@ fn main() -> Result<()> {
             }
             args.push(a);
         }
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "run",
-                    "--quiet",
-                    "--release",
-                    "--package",
-                    "xtask",
-                    "--features",
-                    features,
-                    "--",
-                ])
-                .args(&args)
-                .env(REEXEC, features)
-                .status()?;
+        let status = cargo::cargo()
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "--package",
+                "xtask",
+                "--features",
+                features,
+                "--",
+            ])
+            .args(&args)
+            .env(REEXEC, features)
+            .status()?;
         if !status.success() {
             bail!("xtask with features `{features}` failed ({status})");
         }

@@ -8,6 +8,7 @@
 //! a new test or explained in `docs/mutants/explained.tsv` (the mutant as cargo-mutants prints it,
 //! a tab, why no test can or should catch it).
 
+use crate::cargo::cargo;
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -103,7 +104,7 @@ pub struct MutantsArgs {
 pub fn run(args: MutantsArgs) -> Result<()> {
     if !args.summarise {
         ensure_installed()?;
-        let mut cmd = Command::new(cargo());
+        let mut cmd = cargo();
         cmd.args(["mutants", "--package", "nervus-models", "--no-shuffle"]);
         if args.survivors {
             if args.file.is_some() || args.shard.is_some() {
@@ -197,18 +198,14 @@ pub fn run(args: MutantsArgs) -> Result<()> {
     summarise(args.scope)
 }
 
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
 fn ensure_installed() -> Result<()> {
-    let found = Command::new(cargo())
+    let found = cargo()
         .args(["mutants", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
         eprintln!("installing cargo-mutants {CARGO_MUTANTS_VERSION} (once)");
-        let status = Command::new(cargo())
+        let status = cargo()
             .args([
                 "install",
                 "--locked",
@@ -338,7 +335,7 @@ fn tally(dir: &Path) -> Tally {
 /// The scope's mutants in the current tree (`cargo mutants --list`), when cargo-mutants is
 /// installed; `None` otherwise.
 fn current_mutants(scope: Scope) -> Option<BTreeSet<String>> {
-    let out = Command::new(cargo())
+    let out = cargo()
         .args([
             "mutants",
             "--package",

@@ -11,7 +11,6 @@
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 const DOC: &str = "docs/witnesses.md";
 
@@ -141,6 +140,8 @@ pub fn parse_fixtures(log: &str) -> Result<Vec<FixtureRow>> {
         let (Some(test), Some(name), Some(tol)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
+        // The test's own name, without its file's module in the test binary.
+        let test = test.rsplit("::").next().unwrap_or(test);
         let tol: f64 = tol.parse().with_context(|| {
             format!("witness log line {}: bound `{tol}` is not a number", i + 1)
         })?;
@@ -245,8 +246,7 @@ pub fn table(witnesses: &[Witness]) -> String {
 /// Runs `cargo test --release` with the witness log set and returns the log's text.
 fn run_tests(args: &[&str], log: &Path) -> Result<String> {
     let _ = std::fs::remove_file(log);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = crate::cargo::cargo();
     cmd.args(["test", "--release"]).args(args);
     cmd.env(nervus_models::compare::WITNESS_LOG, log);
     eprintln!("running {cmd:?}");
@@ -268,7 +268,14 @@ pub fn run(args: WitnessArgs) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let models = run_tests(&["-p", "nervus-models", "--lib"], &dir.join("models.log"))?;
     let optim = run_tests(
-        &["-p", "nervus-training", "--test", "optim_parity"],
+        &[
+            "-p",
+            "nervus-training",
+            "--test",
+            "suite",
+            "--",
+            "optim_parity::",
+        ],
         &dir.join("optim.log"),
     )?;
     let fixtures = run_tests(
@@ -276,9 +283,10 @@ pub fn run(args: WitnessArgs) -> Result<()> {
             "-p",
             "nervus-models",
             "--test",
-            "gpt2_fixture",
-            "--test",
-            "dit_fixture",
+            "suite",
+            "--",
+            "gpt2_fixture::",
+            "dit_fixture::",
         ],
         &dir.join("fixtures.log"),
     )?;
