@@ -231,11 +231,10 @@ impl Launch<'_> {
     }
 }
 
-pub fn run(args: KillArgs) -> Result<()> {
-    let name = example(args.model);
-    // `--workspace`: the features of `cargo test --release --workspace`, so the binaries that
-    // build made are used as they are (the root package alone turns fewer features on, which
-    // rebuilt Burn and everything above it: about 100 s of CI).
+/// Builds example `name` and returns its binary. `--workspace`: the features of `cargo test
+/// --release --workspace`, so the binaries that build made are used as they are (the root package
+/// alone turns fewer features on, which rebuilt Burn and everything above it).
+fn build_example(name: &str) -> Result<PathBuf> {
     let status = cargo()
         .current_dir(root())
         .args([
@@ -250,7 +249,12 @@ pub fn run(args: KillArgs) -> Result<()> {
     if !status.success() {
         bail!("building the {name} example failed ({status})");
     }
-    let bin = root().join("target/release/examples").join(name);
+    Ok(root().join("target/release/examples").join(name))
+}
+
+pub fn run(args: KillArgs) -> Result<()> {
+    let name = example(args.model);
+    let bin = build_example(name)?;
     let work = if args.out.is_absolute() {
         args.out.clone()
     } else {
@@ -265,35 +269,15 @@ pub fn run(args: KillArgs) -> Result<()> {
     };
     if args.model == Model::Dit {
         // One judge for every run, trained once (the runs under test train none).
-        let o = Command::new(root().join("target/release/examples/mnist"))
+        let o = Command::new(build_example("mnist")?)
             .current_dir(&work)
             .args(["--save", "judge", "--plain", "--epochs", "2"])
-            .output();
-        match o {
-            Ok(o) if o.status.success() => {}
-            _ => {
-                let status = cargo()
-                    .current_dir(root())
-                    .args([
-                        "build",
-                        "--release",
-                        "--quiet",
-                        "--workspace",
-                        "--example",
-                        "mnist",
-                    ])
-                    .status()?;
-                let o = Command::new(root().join("target/release/examples/mnist"))
-                    .current_dir(&work)
-                    .args(["--save", "judge", "--plain", "--epochs", "2"])
-                    .output()?;
-                if !status.success() || !o.status.success() {
-                    bail!(
-                        "training the judge failed: {}",
-                        String::from_utf8_lossy(&o.stderr)
-                    );
-                }
-            }
+            .output()?;
+        if !o.status.success() {
+            bail!(
+                "training the judge failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
     }
 

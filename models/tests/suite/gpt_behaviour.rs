@@ -14,18 +14,7 @@ type AB = Autodiff<TB>;
 // [`crate::rng_lock`] from its seed to its end: no other test's draws land among its own.
 // (Without it, `first_loss_is_ln_vocab` got other weights from run to run, and once missed its
 // bound: 4.1964 against 4.1744.)
-use crate::rng_lock;
-
-fn ids<B: Backend>(v: &[i64], rows: usize) -> Tensor<B, 2, Int> {
-    Tensor::from_data(
-        TensorData::new(v.to_vec(), [rows, v.len() / rows]),
-        &Default::default(),
-    )
-}
-
-fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
-    t.into_data().iter::<f64>().collect()
-}
+use crate::{ids, rng_lock, vals};
 
 /// A fresh model predicts every token about equally: its loss is ln V, not a nat of confidence in
 /// nothing. Mean over 8 seeds within 0.02 (GPT-2's N(0, 0.02) init leaves the logits ~0.1 wide).

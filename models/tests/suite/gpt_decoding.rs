@@ -19,20 +19,9 @@ use nervus_models::gpt::{Gpt, GptCache, GptConfig, LmBatch};
 type TB = burn_ndarray::NdArray<f64>;
 type AB = Autodiff<TB>;
 
-use crate::rng_lock;
+use crate::{ids, rng_lock, vals};
 
 const V: usize = 23;
-
-fn ids<B: Backend>(v: &[i64], rows: usize) -> Tensor<B, 2, Int> {
-    Tensor::from_data(
-        TensorData::new(v.to_vec(), [rows, v.len() / rows]),
-        &Default::default(),
-    )
-}
-
-fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
-    t.into_data().iter::<f64>().collect()
-}
 
 /// GPT-2's layout, and the modern recipe with grouped-query attention; both with a larger init
 /// than GPT-2's 0.02, so that attention is far from uniform and a wrong key or position shows.

@@ -45,9 +45,7 @@ fn by_name(
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nervus-gpt-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    crate::scratch(&format!("gpt-{name}"))
 }
 
 /// A forgotten parameter is silent: the model trains around it. One step must move every tensor.

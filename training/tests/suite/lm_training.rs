@@ -25,9 +25,7 @@ type B = Autodiff<burn::backend::Flex>;
 type I = burn::backend::Flex;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nervus-lm-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    crate::scratch(&format!("lm-{name}"))
 }
 
 /// The first chapters of Sense and Sensibility (about 60 KB), as the Austen source splits them.

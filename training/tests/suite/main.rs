@@ -14,6 +14,7 @@ mod safekeeping;
 mod shard;
 mod video_training;
 
+use std::path::PathBuf;
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Burn draws initial weights from one process-wide generator, and lazily, at a parameter's
@@ -36,4 +37,11 @@ pub fn alone() -> RwLockWriteGuard<'static, ()> {
 /// never beside a test holding [`alone`].
 pub fn beside_others() -> RwLockReadGuard<'static, ()> {
     ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A scratch directory `nervus-<name>-<pid>` under the temporary directory, emptied (not made).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nervus-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
 }

@@ -26,8 +26,7 @@ fn tiny(context: usize) -> GptConfig {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nervus-safe-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = crate::scratch(&format!("safe-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -20,9 +20,7 @@ type B = Autodiff<burn::backend::Flex>;
 type I = burn::backend::Flex;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nervus-video-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    crate::scratch(&format!("video-{name}"))
 }
 
 // Burn draws initial weights lazily from one process-wide generator: make a model and touch
