@@ -93,36 +93,48 @@ pub fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
 
 /// The point every part reaches after its forward pass and before its backward pass, so that no
 /// part's backward pass ends while another part is still building its graph (Burn 0.21 sweeps
-/// every graph in the process at the end of a backward pass; see [`Objective`]). A part that
-/// fails its forward pass opens the gate for the others, who then give up instead of waiting.
+/// every graph in the process at the end of a backward pass; see [`Objective`]). Each part brings
+/// its [`Merge::weight`] and leaves with the total, so it can scale its own loss to its share of
+/// the batch before its backward pass. A part that fails its forward pass opens the gate for the
+/// others, who then give up instead of waiting.
 struct Gate {
     parts: usize,
-    state: Mutex<(usize, bool)>,
+    state: Mutex<GateState>,
     opened: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    arrived: usize,
+    failed: bool,
+    total: f64,
 }
 
 impl Gate {
     fn new(parts: usize) -> Self {
         Self {
             parts,
-            state: Mutex::new((0, false)),
+            state: Mutex::new(GateState::default()),
             opened: Condvar::new(),
         }
     }
 
-    /// Arrives with a forward pass that went well (`ok`) or not, waits for the other parts, and
-    /// answers whether every part's forward pass went well.
-    fn arrive(&self, ok: bool) -> bool {
+    /// Arrives with the weight of a forward pass that went well (`None`: it failed), waits for
+    /// the other parts, and answers the total weight if every part's forward pass went well.
+    fn arrive(&self, weight: Option<f64>) -> Option<f64> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 += 1;
-        state.1 |= !ok;
-        if state.0 == self.parts || state.1 {
+        state.arrived += 1;
+        match weight {
+            Some(w) => state.total += w,
+            None => state.failed = true,
+        }
+        if state.arrived == self.parts || state.failed {
             self.opened.notify_all();
         }
-        while state.0 < self.parts && !state.1 {
+        while state.arrived < self.parts && !state.failed {
             state = self.opened.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        !state.1
+        (!state.failed).then_some(state.total)
     }
 }
 
@@ -132,31 +144,40 @@ enum PartFailure {
     Abandoned,
 }
 
-/// One part's step on its fork of the model: the forward pass, the gate, the backward pass.
+/// One part's step: the fork of `model` it runs on (made here, on the part's own thread), the
+/// forward pass, the gate, and the backward pass of the loss scaled to the part's share of the
+/// batch (its weight over the total), so the parts' gradients only need adding.
 fn part_step<B, M>(
-    fork: M,
+    model: M,
+    device: &B::Device,
     input: M::Input,
     gate: &Gate,
 ) -> Result<TrainOutput<M::Output>, PartFailure>
 where
     B: AutodiffBackend,
     M: Objective<B>,
+    M::Output: Merge,
 {
-    let forward = std::panic::catch_unwind(AssertUnwindSafe(|| fork.objective(input)));
-    let all = gate.arrive(forward.is_ok());
-    let (loss, output) = forward.map_err(PartFailure::Panicked)?;
-    if !all {
+    let forward = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let fork = model.fork(device);
+        let (loss, output) = fork.objective(input);
+        (fork, loss, output)
+    }));
+    let total = gate.arrive(forward.as_ref().ok().map(|(_, _, out)| out.weight()));
+    let (fork, loss, output) = forward.map_err(PartFailure::Panicked)?;
+    let Some(total) = total else {
         return Err(PartFailure::Abandoned);
-    }
+    };
     std::panic::catch_unwind(AssertUnwindSafe(|| {
-        TrainOutput::new(&fork, loss.backward(), output)
+        let share = loss.mul_scalar(output.weight() / total);
+        TrainOutput::new(&fork, share.backward(), output)
     }))
     .map_err(PartFailure::Panicked)
 }
 
 /// One training step of `model` on `batch`, cut into `parts` parts run on as many threads (1: the
-/// model's own step, on this thread). The gradients are the whole batch's: each part's, scaled by
-/// its [`Merge::weight`] over the total, summed. Every part finishes its forward pass before any
+/// model's own step, on this thread). The gradients are the whole batch's: each part's loss is scaled
+/// by its [`Merge::weight`] over the total before its backward pass, and the gradients summed. Every part finishes its forward pass before any
 /// part starts its backward pass (see [`Gate`]); a panic in any part is raised here.
 pub fn step<B, M>(model: &M, batch: M::Input, parts: usize) -> TrainOutput<M::Output>
 where
@@ -182,18 +203,18 @@ where
     let mut inputs = inputs.into_iter().enumerate();
     let (_, first) = inputs.next().expect("two or more parts");
     for (i, input) in inputs {
-        let fork = model.clone().fork(&device);
+        let (model, device) = (model.clone(), device.clone());
         let (send, gate) = (send.clone(), gate.clone());
         pools[i].spawn(move || {
-            let out = part_step(fork, input, &gate);
+            let out = part_step(model, &device, input, &gate);
             // The receiver outlives every part: it waits for all of them below.
             let _ = send.send((i, out));
         });
     }
     drop(send);
-    let fork = model.clone().fork(&device);
     let mut outs: Vec<Option<Result<_, _>>> = (0..cuts.len()).map(|_| None).collect();
-    outs[0] = Some(pools[0].install(|| part_step(fork, first, &gate)));
+    let own = model.clone();
+    outs[0] = Some(pools[0].install(|| part_step(own, &device, first, &gate)));
     for (i, out) in receive {
         outs[i] = Some(out);
     }
@@ -208,11 +229,9 @@ where
     }
     assert!(!abandoned, "a part stopped without another part failing");
     let outs = done;
-    let total: f64 = outs.iter().map(|o| o.item.weight()).sum();
     let mut acc = GradientsAccumulator::new();
     let mut items = Vec::with_capacity(outs.len());
-    for mut out in outs {
-        crate::optim::scale_grads::<B, M>(model, &mut out.grads, out.item.weight() / total);
+    for out in outs {
         acc.accumulate(model, out.grads);
         items.push(out.item);
     }
