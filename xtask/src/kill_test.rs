@@ -22,6 +22,7 @@ pub enum Model {
     Gpt,
     Lm,
     Dit,
+    Video,
 }
 
 #[derive(clap::Args)]
@@ -90,11 +91,36 @@ fn flags(model: Model, save: &str, out: &str) -> Vec<String> {
             "--sample-steps",
             "2",
         ],
+        Model::Video => &[
+            "--layers",
+            "2",
+            "--d-model",
+            "32",
+            "--heads",
+            "2",
+            "--steps",
+            "40",
+            "--eval-every",
+            "4",
+            "--batch",
+            "8",
+            "--eval-clips",
+            "4",
+            "--sample-steps",
+            "2",
+        ],
     };
     let mut v: Vec<String> = f.iter().map(|s| s.to_string()).collect();
     v.extend(["--plain".into(), "--save".into(), save.into()]);
-    if model == Model::Dit {
-        v.extend(["--out".into(), out.into(), "--judge".into(), "judge".into()]);
+    match model {
+        Model::Dit => v.extend(["--out".into(), out.into(), "--judge".into(), "judge".into()]),
+        Model::Video => v.extend([
+            "--out".into(),
+            out.into(),
+            "--judge".into(),
+            "panel/judge".into(),
+        ]),
+        Model::Gpt | Model::Lm => {}
     }
     v
 }
@@ -104,6 +130,7 @@ fn example(model: Model) -> &'static str {
         Model::Gpt => "gpt",
         Model::Lm => "lm",
         Model::Dit => "dit",
+        Model::Video => "video",
     }
 }
 
@@ -136,6 +163,12 @@ fn checkpoint_weights(model: Model, run: &Path, file: &Path) -> Result<Vec<(Stri
             )?;
             let record = Recorder::<B>::load(&recorder, file.to_path_buf(), &device)
                 .with_context(|| load("a DiT record"))?;
+            nervus_models::named::export(&base.load_record(record))
+        }
+        Model::Video => {
+            let base = nervus_models::video_pipeline::load_pipeline::<B>(&saved, &device)?;
+            let record = Recorder::<B>::load(&recorder, file.to_path_buf(), &device)
+                .with_context(|| load("a video DiT record"))?;
             nervus_models::named::export(&base.load_record(record))
         }
     };
@@ -267,11 +300,47 @@ pub fn run(args: KillArgs) -> Result<()> {
         model: args.model,
         work: &work,
     };
-    if args.model == Model::Dit {
-        // One judge for every run, trained once (the runs under test train none).
-        let o = Command::new(build_example("mnist")?)
+    // One judge (a panel of one for the video DiT) for every run, trained once: the runs under
+    // test train none. The video panel comes from a one-step run of its own.
+    let judge: Option<(PathBuf, &[&str])> = match args.model {
+        Model::Dit => Some((
+            build_example("mnist")?,
+            &["--save", "judge", "--plain", "--epochs", "2"],
+        )),
+        Model::Video => Some((
+            bin.clone(),
+            &[
+                "--steps",
+                "1",
+                "--layers",
+                "1",
+                "--d-model",
+                "16",
+                "--heads",
+                "1",
+                "--eval-clips",
+                "1",
+                "--sample-steps",
+                "1",
+                "--judges",
+                "1",
+                "--judge-clips",
+                "400",
+                "--judge-epochs",
+                "1",
+                "--plain",
+                "--out",
+                "panel",
+                "--save",
+                "panel/model",
+            ],
+        )),
+        Model::Gpt | Model::Lm => None,
+    };
+    if let Some((program, flags)) = judge {
+        let o = Command::new(program)
+            .args(flags)
             .current_dir(&work)
-            .args(["--save", "judge", "--plain", "--epochs", "2"])
             .output()?;
         if !o.status.success() {
             bail!(
