@@ -176,6 +176,15 @@ fn to_file_layout(t: NamedTensor, layout: Layout, p: PatchShape) -> NamedTensor 
     }
 }
 
+/// The shape [`to_file_layout`] gives a tensor of Burn shape `shape`.
+fn file_shape(shape: &[usize], layout: Layout, p: PatchShape) -> Vec<usize> {
+    match layout {
+        Layout::Same => shape.to_vec(),
+        Layout::Transposed => shape.iter().rev().copied().collect(),
+        Layout::ConvKernel => vec![shape[1], p.channels, p.patch, p.patch],
+    }
+}
+
 fn from_file_layout(t: NamedTensor, layout: Layout) -> NamedTensor {
     match layout {
         Layout::Same => t,
@@ -282,9 +291,9 @@ pub fn read_weights<B: Backend, M: Module<B>>(
     let path = file.path.clone();
     let mut by_name = file.tensors;
     let mut by_burn = HashMap::new();
-    for t in crate::named::export(&model) {
-        let (name, layout) = diffusers_name(&t.name);
-        let expected = to_file_layout(t.clone(), layout, p).shape;
+    for (path_in_model, shape) in crate::named::shapes(&model) {
+        let (name, layout) = diffusers_name(&path_in_model);
+        let expected = file_shape(&shape, layout, p);
         let stored = by_name
             .remove(&name)
             .ok_or_else(|| CheckpointError::Missing {
@@ -301,9 +310,9 @@ pub fn read_weights<B: Backend, M: Module<B>>(
         }
         let back = from_file_layout(stored, layout);
         by_burn.insert(
-            t.name.clone(),
+            path_in_model.clone(),
             NamedTensor {
-                name: t.name,
+                name: path_in_model,
                 ..back
             },
         );

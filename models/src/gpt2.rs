@@ -202,10 +202,7 @@ pub fn load<B: Backend>(dir: &Path, device: &B::Device) -> Result<Gpt<B>, Checkp
     }
     let model = config.init::<B>(device);
     let mut by_burn = HashMap::new();
-    for (path_in_model, shape) in crate::named::export(&model)
-        .into_iter()
-        .map(|t| (t.name, t.shape))
-    {
+    for (path_in_model, shape) in crate::named::shapes(&model) {
         let (name, transpose) = gpt2_name(&path_in_model);
         if let Some(t) = by_gpt2.remove(&name) {
             let expected: Vec<usize> = if transpose {

@@ -46,6 +46,26 @@ pub fn export<B: Backend, M: Module<B>>(module: &M) -> Vec<NamedTensor> {
     v.1
 }
 
+/// Every float parameter's Burn path and shape, read without initialising a parameter that is
+/// still lazy: what a loader checks a file against before anything of the promised size exists.
+pub fn shapes<B: Backend, M: Module<B>>(module: &M) -> Vec<(String, Vec<usize>)> {
+    struct V(PathTracker, Vec<(String, Vec<usize>)>);
+    impl<B: Backend> ModuleVisitor<B> for V {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.0.enter(name)
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.0.exit()
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.1.push((self.0.path(), param.lazy_shape().to_vec()));
+        }
+    }
+    let mut v = V(PathTracker::default(), Vec::new());
+    module.visit(&mut v);
+    v.1
+}
+
 /// Every float parameter's gradient in `grads`, named by its Burn path. A parameter the loss did
 /// not reach gets zeros (that is its gradient), so the list always has every parameter.
 pub fn export_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
@@ -92,28 +112,32 @@ pub fn import<B: Backend, M: Module<B>>(
         fn exit_module(&mut self, _: &str, _: &str) {
             self.path.exit()
         }
+        // The parameter is checked by its declared shape and replaced without ever being
+        // initialised: a config that promises a huge model then costs nothing until a file holds
+        // tensors of that size (a config.json claiming d_model 65536 and 48 layers beside a
+        // small model.safetensors is an error, not 24 GB of random weights).
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
             let name = self.path.path();
-            let (id, old, mapper) = param.consume();
             let Some(t) = self.tensors.remove(&name) else {
                 self.error.get_or_insert(CheckpointError::Missing {
                     file: self.file.clone(),
                     name,
                 });
-                return Param::from_mapped_value(id, old, mapper);
+                return param;
             };
-            if t.shape != old.dims() {
+            let expected = param.lazy_shape();
+            if t.shape != expected.as_slice() {
                 self.error.get_or_insert(CheckpointError::Shape {
                     file: self.file.clone(),
                     name,
-                    expected: old.dims().to_vec(),
+                    expected: expected.to_vec(),
                     got: t.shape,
                 });
-                return Param::from_mapped_value(id, old, mapper);
+                return param;
             }
-            let new = crate::named_to_tensor::<B, D>(t, &old.device())
-                .set_require_grad(old.is_require_grad());
-            Param::from_mapped_value(id, new, mapper)
+            let id = param.id;
+            let new = crate::named_to_tensor::<B, D>(t, &param.lazy_device());
+            param.transform_for_load(new, id)
         }
     }
     let mut m = Mp {

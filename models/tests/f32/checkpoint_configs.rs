@@ -223,3 +223,37 @@ fn dit_variants_this_model_does_not_implement_are_refused() {
             .is_ok()
     );
 }
+
+/// A config that promises a model far larger than its weights file: each loader must answer with
+/// the first tensor whose shape differs, before any parameter of the promised size is allocated
+/// (width 2^20 makes one attention matrix 2^40 floats; allocating it aborts the test).
+#[test]
+fn a_config_promising_a_huge_model_is_a_shape_error_not_an_allocation() {
+    let (dir, _) = saved_gpt2("huge-gpt2", |_, c| {
+        c["n_embd"] = (1u64 << 20).into();
+        c["n_head"] = 16.into();
+    });
+    match gpt2::load::<B>(&dir, &Default::default()) {
+        Err(CheckpointError::Shape { expected, got, .. }) => {
+            assert!(expected.contains(&(1 << 20)), "{expected:?}");
+            assert!(!got.contains(&(1 << 20)), "{got:?}");
+        }
+        other => panic!("expected a shape error, got {:?}", other.map(|_| ())),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch("huge-dit");
+    let small = dit_config(serde_json::json!({}));
+    let m = small.to_model(Path::new("config.json")).unwrap();
+    nervus_models::diffusers::save_transformer(&m.init::<B>(&Default::default()), &dir).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config["attention_head_dim"] = (1u64 << 18).into();
+    config["num_attention_heads"] = 4.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let e = nervus_models::diffusers::load_transformer::<B>(&dir, &Default::default())
+        .map(|_| ())
+        .expect_err("weights of another size");
+    assert!(matches!(e, CheckpointError::Shape { .. }), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
