@@ -32,6 +32,22 @@ impl<B: burn::prelude::Backend> Recorder<B> for AtomicRecorder {
         write_atomically(&target, &bytes).map_err(|e| RecorderError::Unknown(e.to_string()))
     }
 
+    /// Burn's own loading, with a panic inside it (Burn 0.21 panics on some damaged records, for
+    /// one on a parameter id that does not decode: `ParamId::deserialize`) turned into an error
+    /// that names the file, printed by nobody.
+    fn load<R: burn::record::Record<B>>(
+        &self,
+        file: PathBuf,
+        device: &B::Device,
+    ) -> Result<R, RecorderError> {
+        let shown = file.display().to_string();
+        crate::quiet::catch(|| Recorder::<B>::load(&self.0, file, device)).unwrap_or_else(|panic| {
+            Err(RecorderError::Unknown(format!(
+                "{shown}: a damaged checkpoint ({panic})"
+            )))
+        })
+    }
+
     fn load_item<I: serde::de::DeserializeOwned>(
         &self,
         file: &mut PathBuf,

@@ -223,6 +223,51 @@ fn prepare_dir(run: &RunConfig) -> Result<Option<usize>, TrainError> {
     Ok(None)
 }
 
+/// Loads the resume checkpoint of `epoch` in `dir` once before Burn does, so that a damaged file
+/// (a flipped bit on the disk, a copy cut short) is an error naming it: Burn's learner panics on
+/// a checkpoint it cannot load ("Can load model checkpoint."), and loads a model record of
+/// another shape without a word, to fail at the first step.
+fn check_checkpoint<B, M>(
+    dir: &Path,
+    epoch: usize,
+    model: &M,
+    optim: &TrainOptim<M, B>,
+    schedule: &WarmupCosine,
+) -> Result<(), TrainError>
+where
+    B: AutodiffBackend,
+    M: burn::module::AutodiffModule<B>,
+{
+    use burn::lr_scheduler::LrScheduler;
+    use burn::optim::Optimizer;
+    use burn::record::Recorder;
+    let device = model.devices()[0].clone();
+    let recorder = AtomicRecorder::default();
+    let file = |what: &str| dir.join("checkpoint").join(format!("{what}-{epoch}.mpk"));
+    let damaged = |path: PathBuf, problem: String| TrainError::Resume { path, problem };
+    let path = file("model");
+    let record = Recorder::<B>::load(&recorder, path.clone(), &device)
+        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
+    let loaded = model.clone().load_record(record);
+    let want = nervus_models::named::shapes(model);
+    let got = nervus_models::named::shapes(&loaded);
+    if let Some(((name, w), (_, g))) = want.iter().zip(&got).find(|(w, g)| w != g) {
+        return Err(damaged(
+            path,
+            format!("holds {name} of shape {g:?}, where the model's is {w:?}"),
+        ));
+    }
+    let path = file("optim");
+    let record = Recorder::<B>::load(&recorder, path.clone(), &device)
+        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
+    let _ = optim.clone().load_record(record);
+    let path = file("scheduler");
+    let record = Recorder::<B>::load(&recorder, path.clone(), &device)
+        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
+    let _ = LrScheduler::load_record::<B>(schedule.clone(), record);
+    Ok(())
+}
+
 /// Trains `model` for `run.epochs` epochs of `train`, validating on `valid` after each, and
 /// returns the final model. `metrics` registers Burn metrics for the TUI and the metric logs;
 /// `hook` is called after every validation.
@@ -293,6 +338,7 @@ where
         training = training.renderer(r);
     }
     if let Some(epoch) = prepare_dir(&run)? {
+        check_checkpoint(&run.dir, epoch, &model, &optim, &schedule)?;
         run.report.line(format!(
             "resuming after epoch {epoch} from {}",
             run.dir.display()

@@ -316,3 +316,49 @@ fn a_saved_config_edited_afterwards_is_refused() {
     assert!(err.to_string().contains("n_head 3"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A resume checkpoint damaged on the disk is an error naming the file, and the saved model is
+/// left as it was. Burn's learner panicked on both damages here: a file cut short ("Can load
+/// model checkpoint.") and a parameter id that no longer decodes (`ParamId::deserialize`:
+/// "Invalid id.", found by `training/fuzz`'s record target).
+#[test]
+fn a_damaged_resume_checkpoint_is_an_error_naming_the_file() {
+    let _beside = crate::beside_others();
+    let data = data();
+    for damage in ["cut short", "an id that does not decode"] {
+        let dir = scratch(&format!("damaged-{}", damage.len()));
+        let opts = options(&dir, 6, 2);
+        let model = fresh(&opts.model);
+        let id = model.wte.weight.id.serialize();
+        train(&opts, &data, model, Reporter::silent()).unwrap();
+        let file = dir.join("train/checkpoint/model-3.mpk");
+        let mut bytes = read(&file);
+        if damage == "cut short" {
+            bytes.truncate(bytes.len() / 2);
+        } else {
+            let at = bytes
+                .windows(id.len())
+                .position(|w| w == id.as_bytes())
+                .expect("the id is in the record");
+            bytes[at..at + id.len()].fill(b'!');
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        let saved = read(&dir.join("model/model.safetensors"));
+        let mut again = options(&dir, 6, 2);
+        again.run.resume = true;
+        let err = train(&again, &data, fresh(&again.model), Reporter::silent())
+            .map(|_| ())
+            .expect_err(damage);
+        let msg = err.to_string();
+        assert!(
+            matches!(err, TrainError::Resume { .. }) && msg.contains("model-3.mpk"),
+            "{damage}: {msg}"
+        );
+        assert_eq!(
+            read(&dir.join("model/model.safetensors")),
+            saved,
+            "{damage}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
