@@ -380,8 +380,12 @@ impl Shards {
     pub fn open_split(dir: &Path, manifest: &CorpusManifest, split: Split) -> Result<Self> {
         let entry = manifest.split(split);
         let manifest_path = dir.join(MANIFEST);
-        let listed: u64 = entry.shards.iter().map(|s| s.tokens).sum();
-        if listed != entry.tokens {
+        let listed = entry
+            .shards
+            .iter()
+            .try_fold(0u64, |sum, s| sum.checked_add(s.tokens));
+        if listed != Some(entry.tokens) {
+            let listed = listed.map_or("2^64 or more".into(), |n| n.to_string());
             return Err(DataError::format(
                 &manifest_path,
                 format!(
@@ -489,6 +493,13 @@ impl Shards {
 /// A shard must hold two bytes per id and exactly the ids the manifest lists; a writer never
 /// leaves an empty one.
 fn check_shard_len(path: &Path, bytes: u64, tokens: u64) -> Result<()> {
+    if tokens > u64::MAX / 2 {
+        // 2 × tokens would wrap around: 2^63 + 7 "tokens" would pass as the 14 bytes of 7.
+        return Err(DataError::format(
+            path,
+            format!("the manifest says {tokens} tokens, more than any file holds"),
+        ));
+    }
     if !bytes.is_multiple_of(2) {
         return Err(DataError::format(
             path,
@@ -640,6 +651,40 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let e = Shards::open(&dir, Split::Train).unwrap_err().to_string();
         assert!(e.contains("shard-00001.bin"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_whose_token_counts_wrap_around_is_refused() {
+        let bpe = test_bpe();
+        let dir = temp_dir("wrap");
+        write_corpus(&dir, bpe, DOCS.iter().copied(), 0.0, 7, &[]).unwrap();
+        let path = dir.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // 2 × (2^63 + 7) wraps to the 14 bytes the shard holds; the split's total agrees.
+        let big = (1u64 << 63) + 7;
+        assert_eq!(m["train"]["shards"][1]["tokens"], 7);
+        m["train"]["shards"][1]["tokens"] = big.into();
+        let total = m["train"]["tokens"].as_u64().unwrap() - 7 + big;
+        m["train"]["tokens"] = total.into();
+        std::fs::write(&path, m.to_string()).unwrap();
+        let e = Shards::open(&dir, Split::Train)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("shard-00001.bin") && e.contains("more than any file holds"),
+            "{e}"
+        );
+        // Counts whose sum wraps: the split's total cannot be what they add up to.
+        m["train"]["shards"][1]["tokens"] = u64::MAX.into();
+        std::fs::write(&path, m.to_string()).unwrap();
+        let e = Shards::open(&dir, Split::Train)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2^64 or more"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
