@@ -223,6 +223,33 @@ fn prepare_dir(run: &RunConfig) -> Result<Option<usize>, TrainError> {
     Ok(None)
 }
 
+/// The weights of the learner checkpoint `file` (`model-E.mpk`) in `model`'s structure, each
+/// checked against `model`'s shape: Burn's `load_record` takes a record of another shape without a
+/// word, and the model then fails at its first step.
+pub fn load_model_record<B, M>(model: &M, file: &Path) -> Result<M, TrainError>
+where
+    B: burn::prelude::Backend,
+    M: burn::module::Module<B>,
+{
+    use burn::record::Recorder;
+    let damaged = |problem: String| TrainError::Resume {
+        path: file.to_path_buf(),
+        problem,
+    };
+    let device = model.devices()[0].clone();
+    let record = Recorder::<B>::load(&AtomicRecorder::default(), file.to_path_buf(), &device)
+        .map_err(|e| damaged(format!("cannot be read: {e}")))?;
+    let loaded = model.clone().load_record(record);
+    let want = nervus_models::named::shapes(model);
+    let got = nervus_models::named::shapes(&loaded);
+    if let Some(((name, w), (_, g))) = want.iter().zip(&got).find(|(w, g)| w != g) {
+        return Err(damaged(format!(
+            "holds {name} of shape {g:?}, where the model's is {w:?}"
+        )));
+    }
+    Ok(loaded)
+}
+
 /// Loads the resume checkpoint of `epoch` in `dir` once before Burn does, so that a damaged file
 /// (a flipped bit on the disk, a copy cut short) is an error naming it: Burn's learner panics on
 /// a checkpoint it cannot load ("Can load model checkpoint."), and loads a model record of
@@ -245,18 +272,7 @@ where
     let recorder = AtomicRecorder::default();
     let file = |what: &str| dir.join("checkpoint").join(format!("{what}-{epoch}.mpk"));
     let damaged = |path: PathBuf, problem: String| TrainError::Resume { path, problem };
-    let path = file("model");
-    let record = Recorder::<B>::load(&recorder, path.clone(), &device)
-        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
-    let loaded = model.clone().load_record(record);
-    let want = nervus_models::named::shapes(model);
-    let got = nervus_models::named::shapes(&loaded);
-    if let Some(((name, w), (_, g))) = want.iter().zip(&got).find(|(w, g)| w != g) {
-        return Err(damaged(
-            path,
-            format!("holds {name} of shape {g:?}, where the model's is {w:?}"),
-        ));
-    }
+    load_model_record(model, &file("model"))?;
     let path = file("optim");
     let record = Recorder::<B>::load(&recorder, path.clone(), &device)
         .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;

@@ -318,14 +318,16 @@ fn a_saved_config_edited_afterwards_is_refused() {
 }
 
 /// A resume checkpoint damaged on the disk is an error naming the file, and the saved model is
-/// left as it was. Burn's learner panicked on both damages here: a file cut short ("Can load
-/// model checkpoint.") and a parameter id that no longer decodes (`ParamId::deserialize`:
-/// "Invalid id.", found by `training/fuzz`'s record target).
+/// left as it was. Burn's learner panicked on the first two damages here: a file cut short ("Can
+/// load model checkpoint.") and a parameter id that no longer decodes (`ParamId::deserialize`:
+/// "Invalid id.", found by `training/fuzz`'s record target); the third, a checkpoint of a model
+/// twice as wide, Burn loaded without a word, and the first step failed on its shapes.
 #[test]
 fn a_damaged_resume_checkpoint_is_an_error_naming_the_file() {
     let _beside = crate::beside_others();
     let data = data();
-    for damage in ["cut short", "an id that does not decode"] {
+    let wide = dir_of_a_wider_run(&data);
+    for damage in ["cut short", "an id that does not decode", "a wider model's"] {
         let dir = scratch(&format!("damaged-{}", damage.len()));
         let opts = options(&dir, 6, 2);
         let model = fresh(&opts.model);
@@ -335,6 +337,8 @@ fn a_damaged_resume_checkpoint_is_an_error_naming_the_file() {
         let mut bytes = read(&file);
         if damage == "cut short" {
             bytes.truncate(bytes.len() / 2);
+        } else if damage == "a wider model's" {
+            bytes = read(&wide.join("train/checkpoint/model-3.mpk"));
         } else {
             let at = bytes
                 .windows(id.len())
@@ -361,4 +365,14 @@ fn a_damaged_resume_checkpoint_is_an_error_naming_the_file() {
         );
         let _ = std::fs::remove_dir_all(dir);
     }
+    let _ = std::fs::remove_dir_all(wide);
+}
+
+/// The directory of a finished run like [`options`]'s, of width 16.
+fn dir_of_a_wider_run(data: &TextData) -> PathBuf {
+    let dir = scratch("wider-run");
+    let mut opts = options(&dir, 6, 2);
+    opts.model = opts.model.with_d_model(16);
+    train(&opts, data, fresh(&opts.model), Reporter::silent()).unwrap();
+    dir
 }
