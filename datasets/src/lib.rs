@@ -21,6 +21,7 @@ mod error;
 pub mod idx;
 pub mod mnist;
 pub mod moving;
+pub mod quiet;
 pub mod rng;
 pub mod shards;
 pub mod text;

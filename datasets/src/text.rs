@@ -33,8 +33,8 @@ pub fn read_text(path: &Path) -> Result<String> {
 pub fn parse_tokenizer(bytes: &[u8], path: &Path) -> Result<tokenizers::Tokenizer> {
     let bad = |why: String| DataError::format(path, format!("not a tokenizer.json: {why}"));
     serde_json::from_slice::<serde_json::Value>(bytes).map_err(|e| bad(e.to_string()))?;
-    std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes))
-        .map_err(|_| bad("the tokenizers crate failed on it".into()))?
+    crate::quiet::catch(|| tokenizers::Tokenizer::from_bytes(bytes))
+        .map_err(|panic| bad(format!("the tokenizers crate failed on it ({panic})")))?
         .map_err(|e| bad(e.to_string()))
 }
 

@@ -41,11 +41,13 @@ impl<B: burn::prelude::Backend> Recorder<B> for AtomicRecorder {
         device: &B::Device,
     ) -> Result<R, RecorderError> {
         let shown = file.display().to_string();
-        crate::quiet::catch(|| Recorder::<B>::load(&self.0, file, device)).unwrap_or_else(|panic| {
-            Err(RecorderError::Unknown(format!(
-                "{shown}: a damaged checkpoint ({panic})"
-            )))
-        })
+        nervus_datasets::quiet::catch(|| Recorder::<B>::load(&self.0, file, device)).unwrap_or_else(
+            |panic| {
+                Err(RecorderError::Unknown(format!(
+                    "{shown}: a damaged checkpoint ({panic})"
+                )))
+            },
+        )
     }
 
     fn load_item<I: serde::de::DeserializeOwned>(

@@ -24,7 +24,6 @@ pub mod mnist;
 pub mod muon;
 pub mod optim;
 pub mod options;
-pub mod quiet;
 pub mod renderer;
 pub mod report;
 pub mod run;

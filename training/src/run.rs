@@ -223,6 +223,15 @@ fn prepare_dir(run: &RunConfig) -> Result<Option<usize>, TrainError> {
     Ok(None)
 }
 
+/// What a recorder's error says, in one line: Burn's display is its `Debug` form, and a record
+/// cut short comes with a paragraph about a format change in Burn 0.14 that misleads here.
+fn unreadable(e: burn::record::RecorderError) -> String {
+    use burn::record::RecorderError::*;
+    let (FileNotFound(m) | DeserializeError(m) | Unknown(m)) = e;
+    let first = m.lines().next().unwrap_or_default();
+    format!("cannot be read, damaged or cut short ({first})")
+}
+
 /// The weights of the learner checkpoint `file` (`model-E.mpk`) in `model`'s structure, each
 /// checked against `model`'s shape: Burn's `load_record` takes a record of another shape without a
 /// word, and the model then fails at its first step.
@@ -238,7 +247,7 @@ where
     };
     let device = model.devices()[0].clone();
     let record = Recorder::<B>::load(&AtomicRecorder::default(), file.to_path_buf(), &device)
-        .map_err(|e| damaged(format!("cannot be read: {e}")))?;
+        .map_err(|e| damaged(unreadable(e)))?;
     let loaded = model.clone().load_record(record);
     let want = nervus_models::named::shapes(model);
     let got = nervus_models::named::shapes(&loaded);
@@ -275,11 +284,11 @@ where
     load_model_record(model, &file("model"))?;
     let path = file("optim");
     let record = Recorder::<B>::load(&recorder, path.clone(), &device)
-        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
+        .map_err(|e| damaged(path.clone(), unreadable(e)))?;
     let _ = optim.clone().load_record(record);
     let path = file("scheduler");
     let record = Recorder::<B>::load(&recorder, path.clone(), &device)
-        .map_err(|e| damaged(path.clone(), format!("cannot be read: {e}")))?;
+        .map_err(|e| damaged(path.clone(), unreadable(e)))?;
     let _ = LrScheduler::load_record::<B>(schedule.clone(), record);
     Ok(())
 }

@@ -376,3 +376,35 @@ fn dir_of_a_wider_run(data: &TextData) -> PathBuf {
     train(&opts, data, fresh(&opts.model), Reporter::silent()).unwrap();
     dir
 }
+
+/// The record fuzz target's two crashes (`training/fuzz`), each a checkpoint of the fuzz crate's
+/// GPT fixture: one whose parameter id does not decode (Burn panicked while decoding it), one
+/// holding a tensor of another shape (Burn loaded it; the forward pass panicked). Both are errors.
+#[test]
+fn fuzz_regressions_damaged_records_are_errors() {
+    let _beside = crate::beside_others();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (model, _, _) =
+        nervus_training::gpt::load_dir::<I>(&root.join("fuzz/fixtures/gpt"), &Default::default())
+            .unwrap();
+    let dir = scratch("fuzz-regressions");
+    for (name, says) in [
+        ("record-undecodable-id", "Invalid id."),
+        ("record-other-shape", "of shape"),
+    ] {
+        // Kept as `.record`: git holds no `.mpk`, and Burn reads only that extension.
+        let file = dir.join(format!("{name}.mpk"));
+        std::fs::copy(
+            root.join("tests/fuzz-regressions")
+                .join(format!("{name}.record")),
+            &file,
+        )
+        .unwrap();
+        let err = nervus_training::run::load_model_record(&model, &file)
+            .map(|_| ())
+            .expect_err(name)
+            .to_string();
+        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,5 +1,6 @@
-//! A panic inside code this project does not own, caught where it meets a user's file and turned
-//! into an error, without the panic's message and backtrace on the terminal.
+//! A panic inside code this project does not own (HF tokenizers, Burn's record decoding), caught
+//! where it meets a user's file and turned into an error, without the panic's message and
+//! backtrace on the terminal.
 //!
 //! The panic hook is the process's; this one stays silent only on the thread inside [`catch`] and
 //! hands every other panic to the hook that was there before (the default printer, or a test
