@@ -197,6 +197,21 @@ fn setup(dir: &Path) {
     };
     damaged("wider", &|d| edit(d, "\"n_embd\": 8", "\"n_embd\": 16"));
     damaged("heads", &|d| edit(d, "\"n_head\": 2", "\"n_head\": 1"));
+    damaged("huge", &|d| edit(d, "\"n_embd\": 8", "\"n_embd\": 1048576"));
+    // A resume checkpoint damaged on the disk: the good run's checkpoints, the newest cut short.
+    copy_dir(&good, &dir.join("rotten/model"));
+    copy_dir(
+        &dir.join("good/train/checkpoint"),
+        &dir.join("rotten/train/checkpoint"),
+    );
+    std::fs::copy(
+        dir.join("good/train/run.json"),
+        dir.join("rotten/train/run.json"),
+    )
+    .unwrap();
+    let newest = dir.join("rotten/train/checkpoint/model-2.mpk");
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
     damaged("not-json", &|d| {
         std::fs::write(d.join("config.json"), "{ not json").unwrap()
     });
@@ -337,6 +352,11 @@ fn rows() -> Vec<Row> {
             "model: config of another width",
             "damaged/wider",
             "damaged/wider",
+        ),
+        load(
+            "model: config promising a huge model (width 2^20)",
+            "damaged/huge",
+            "damaged/huge/model.safetensors",
         ),
         load(
             "model: config's head count edited",
@@ -498,6 +518,14 @@ fn rows() -> Vec<Row> {
                     "0.5",
                 ],
                 "lr 0.5 (saved run: 0.003)",
+            )
+        },
+        Row {
+            keeps: vec!["rotten/model/model.safetensors"],
+            ..gpt(
+                "--resume of a checkpoint damaged on the disk",
+                &["--data", "tiny.txt", "--save", "rotten/model", "--resume"],
+                "rotten/train/checkpoint/model-2.mpk",
             )
         },
         gpt(
