@@ -50,77 +50,26 @@ fn root() -> PathBuf {
 
 /// The example's flags for a short run with many checkpoints, saving to `save`.
 fn flags(model: Model, save: &str, out: &str) -> Vec<String> {
-    let f: &[&str] = match model {
-        Model::Gpt => &[
-            "--steps",
-            "60",
-            "--eval-every",
-            "4",
-            "--eval-windows",
-            "32",
-            "--length",
-            "10",
-        ],
-        Model::Lm => &[
-            "--size",
-            "tiny",
-            "--steps",
-            "80",
-            "--eval-every",
-            "4",
-            "--eval-batches",
-            "2",
-            "--batch",
-            "8",
-            "--length",
-            "5",
-        ],
-        Model::Dit => &[
-            "--layers",
-            "1",
-            "--d-model",
-            "32",
-            "--heads",
-            "2",
-            "--steps",
-            "40",
-            "--eval-every",
-            "4",
-            "--batch",
-            "16",
-            "--sample-steps",
-            "2",
-        ],
-        Model::Video => &[
-            "--layers",
-            "2",
-            "--d-model",
-            "32",
-            "--heads",
-            "2",
-            "--steps",
-            "40",
-            "--eval-every",
-            "4",
-            "--batch",
-            "8",
-            "--eval-clips",
-            "4",
-            "--sample-steps",
-            "2",
-        ],
+    let f = match model {
+        Model::Gpt => "--steps 60 --eval-every 4 --eval-windows 32 --length 10",
+        Model::Lm => "--size tiny --steps 80 --eval-every 4 --eval-batches 2 --batch 8 --length 5",
+        Model::Dit => {
+            "--layers 1 --d-model 32 --heads 2 --steps 40 --eval-every 4 --batch 16 --sample-steps 2"
+        }
+        Model::Video => {
+            "--layers 2 --d-model 32 --heads 2 --steps 40 --eval-every 4 --batch 8 --eval-clips 4 \
+             --sample-steps 2"
+        }
     };
-    let mut v: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> = f.split_whitespace().map(String::from).collect();
     v.extend(["--plain".into(), "--save".into(), save.into()]);
-    match model {
-        Model::Dit => v.extend(["--out".into(), out.into(), "--judge".into(), "judge".into()]),
-        Model::Video => v.extend([
-            "--out".into(),
-            out.into(),
-            "--judge".into(),
-            "panel/judge".into(),
-        ]),
-        Model::Gpt | Model::Lm => {}
+    let judge = match model {
+        Model::Dit => Some("judge"),
+        Model::Video => Some("panel/judge"),
+        Model::Gpt | Model::Lm => None,
+    };
+    if let Some(judge) = judge {
+        v.extend(["--out".into(), out.into(), "--judge".into(), judge.into()]);
     }
     v
 }
@@ -302,44 +251,18 @@ pub fn run(args: KillArgs) -> Result<()> {
     };
     // One judge (a panel of one for the video DiT) for every run, trained once: the runs under
     // test train none. The video panel comes from a one-step run of its own.
-    let judge: Option<(PathBuf, &[&str])> = match args.model {
-        Model::Dit => Some((
-            build_example("mnist")?,
-            &["--save", "judge", "--plain", "--epochs", "2"],
-        )),
+    let judge: Option<(PathBuf, &str)> = match args.model {
+        Model::Dit => Some((build_example("mnist")?, "--save judge --plain --epochs 2")),
         Model::Video => Some((
             bin.clone(),
-            &[
-                "--steps",
-                "1",
-                "--layers",
-                "1",
-                "--d-model",
-                "16",
-                "--heads",
-                "1",
-                "--eval-clips",
-                "1",
-                "--sample-steps",
-                "1",
-                "--judges",
-                "1",
-                "--judge-clips",
-                "400",
-                "--judge-epochs",
-                "1",
-                "--plain",
-                "--out",
-                "panel",
-                "--save",
-                "panel/model",
-            ],
+            "--steps 1 --layers 1 --d-model 16 --heads 1 --eval-clips 1 --sample-steps 1 \
+             --judges 1 --judge-clips 400 --judge-epochs 1 --plain --out panel --save panel/model",
         )),
         Model::Gpt | Model::Lm => None,
     };
     if let Some((program, flags)) = judge {
         let o = Command::new(program)
-            .args(flags)
+            .args(flags.split_whitespace())
             .current_dir(&work)
             .output()?;
         if !o.status.success() {
