@@ -52,6 +52,44 @@ pub fn share(flag: &'static str, v: f64) -> Result<(), BadValue> {
     Ok(())
 }
 
+/// Whether one training step's attention fits the memory this machine has free (Linux's
+/// `MemAvailable`): the backward pass keeps `layers × batch × heads × context²` attention
+/// probabilities, of at least 2 bytes each, a floor under what a step holds. `--context 100000`
+/// asked for a 1.28 TB buffer at once, and the allocation failure aborted the process. A machine
+/// that does not say what is free is not checked.
+pub fn attention_fits(
+    context: usize,
+    batch: usize,
+    heads: usize,
+    layers: usize,
+) -> Result<(), BadValue> {
+    let Some(free) = available_memory() else {
+        return Ok(());
+    };
+    let need = 2.0 * layers as f64 * batch as f64 * heads as f64 * (context as f64).powi(2);
+    if need > free as f64 {
+        let gb = |b: f64| format!("{:.1} GB", b / 1e9);
+        return Err(bad(
+            "--context",
+            format!(
+                "{context} (a training step would keep at least {} of attention; {} is free)",
+                gb(need),
+                gb(free as f64)
+            ),
+            "lower --context or --batch",
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes of memory free for new work (`MemAvailable` of /proc/meminfo), where the system says.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// Any finite number.
 pub fn finite(flag: &'static str, v: f64) -> Result<(), BadValue> {
     if !v.is_finite() {
@@ -140,6 +178,13 @@ mod tests {
         assert!(share("--decay-to", 0.0).is_ok() && share("--decay-to", 1.0).is_ok());
         assert!(finite("--guidance", f64::NAN).is_err());
         assert!(parts(2, 2).is_ok());
+        assert!(attention_fits(64, 16, 4, 2).is_ok());
+        if available_memory().is_some() {
+            // 2 × 2 × 16 × 4 × 10^12 bytes: 256 TB.
+            let e = attention_fits(1_000_000, 16, 4, 2).unwrap_err();
+            assert_eq!(e.flag, "--context");
+            assert!(e.to_string().contains("256000.0 GB"), "{e}");
+        }
         assert!(parts(3, 2).is_err() && parts(0, 2).is_err());
         let e = positive("--lr", -1.0).unwrap_err();
         assert_eq!(e.to_string(), "--lr -1: must be a number above 0");

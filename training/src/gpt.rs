@@ -439,6 +439,8 @@ pub fn train_with<B: AutodiffBackend>(
     opts.run.check()?;
     crate::checks::at_least_one("--eval-windows", opts.eval_windows)?;
     crate::checks::sample(&opts.sample)?;
+    let c = &model.config;
+    crate::checks::attention_fits(c.context, opts.run.batch, c.heads, c.layers)?;
     let best = crate::checkpoint::claim_save(
         opts.run.save.as_deref(),
         opts.run.continued_from.as_deref(),

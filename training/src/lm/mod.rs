@@ -308,6 +308,10 @@ pub fn train<B: AutodiffBackend>(
         .and_then(|()| crate::checks::at_least_one("--accumulate", opts.accumulation))
         .and_then(|()| crate::checks::at_least_one("--eval-batches", opts.eval_batches))
         .and_then(|()| crate::checks::sample(&opts.sample))
+        .and_then(|()| {
+            let c = &model.config;
+            crate::checks::attention_fits(c.context, opts.run.batch, c.heads, c.layers)
+        })
         .map_err(TrainError::from)?;
     corpus.check_context(context)?;
     let best = crate::checkpoint::claim_save(

@@ -144,6 +144,11 @@ fn nonsense_numbers_are_refused_before_any_step_naming_the_flag() {
         ),
         ("--top-k", Box::new(|o| o.sample.top_k = Some(0))),
         ("--parts", Box::new(|o| o.run.parts = 5)),
+        // One layer, two heads, batch 4, 2^20 positions: at least 2^44 bytes (17.6 TB) a step.
+        (
+            "--context",
+            Box::new(|o| o.model = o.model.clone().with_context(1 << 20)),
+        ),
     ];
     for (flag, change) in cases {
         let mut o = options(&dir, 4, 2);
