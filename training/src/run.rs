@@ -260,7 +260,7 @@ where
 }
 
 /// Loads the resume checkpoint of `epoch` in `dir` once before Burn does, so that a damaged file
-/// (a flipped bit on the disk, a copy cut short) is an error naming it: Burn's learner panics on
+/// (a copy cut short, bytes overwritten in its structure) is an error naming it: Burn's learner panics on
 /// a checkpoint it cannot load ("Can load model checkpoint."), and loads a model record of
 /// another shape without a word, to fail at the first step.
 fn check_checkpoint<B, M>(
