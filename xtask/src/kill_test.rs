@@ -83,43 +83,32 @@ fn example(model: Model) -> &'static str {
     }
 }
 
-/// The weights of `file` (a learner checkpoint of the model saved in `run/model`), by name.
-/// Compared as weights, not bytes: a checkpoint file also records each parameter's id, which a
+/// The weights of `file` (a learner checkpoint of the model saved in `run/model`), by name, read
+/// as `--resume` reads them (`run::load_model_record`, shapes checked). Compared as weights, not bytes: a checkpoint file also records each parameter's id, which a
 /// resumed process draws anew.
 fn checkpoint_weights(model: Model, run: &Path, file: &Path) -> Result<Vec<(String, Vec<f32>)>> {
-    use burn::module::Module;
-    use burn::record::Recorder;
+    use nervus_models::named::export;
+    use nervus_training::run::load_model_record;
     type B = burn::backend::NdArray<f32>;
     let device = Default::default();
-    let recorder = nervus_training::run::AtomicRecorder::default();
     let saved = run.join("model");
-    let load = |what: &str| format!("reading {} ({what})", file.display());
     let tensors = match model {
-        Model::Gpt | Model::Lm => {
-            let base = if model == Model::Gpt {
-                nervus_training::gpt::load_dir::<B>(&saved, &device)?.0
-            } else {
-                nervus_training::lm::load_dir::<B>(&saved, &device)?.0
-            };
-            let record = Recorder::<B>::load(&recorder, file.to_path_buf(), &device)
-                .with_context(|| load("a GPT record"))?;
-            nervus_models::named::export(&base.load_record(record))
-        }
-        Model::Dit => {
-            let base = nervus_models::diffusers::load_transformer::<B>(
-                &saved.join("transformer"),
-                &device,
-            )?;
-            let record = Recorder::<B>::load(&recorder, file.to_path_buf(), &device)
-                .with_context(|| load("a DiT record"))?;
-            nervus_models::named::export(&base.load_record(record))
-        }
-        Model::Video => {
-            let base = nervus_models::video_pipeline::load_pipeline::<B>(&saved, &device)?;
-            let record = Recorder::<B>::load(&recorder, file.to_path_buf(), &device)
-                .with_context(|| load("a video DiT record"))?;
-            nervus_models::named::export(&base.load_record(record))
-        }
+        Model::Gpt => export(&load_model_record(
+            &nervus_training::gpt::load_dir::<B>(&saved, &device)?.0,
+            file,
+        )?),
+        Model::Lm => export(&load_model_record(
+            &nervus_training::lm::load_dir::<B>(&saved, &device)?.0,
+            file,
+        )?),
+        Model::Dit => export(&load_model_record(
+            &nervus_models::diffusers::load_transformer::<B>(&saved.join("transformer"), &device)?,
+            file,
+        )?),
+        Model::Video => export(&load_model_record(
+            &nervus_models::video_pipeline::load_pipeline::<B>(&saved, &device)?,
+            file,
+        )?),
     };
     Ok(tensors.into_iter().map(|t| (t.name, t.data)).collect())
 }
