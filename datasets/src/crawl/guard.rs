@@ -11,9 +11,11 @@
 //! Addresses written into the URL (`http://10.0.0.1/`) never reach a resolver; [`Guard::check_url`]
 //! checks those before every request, redirects included.
 //!
-//! Tests need a loopback server, so the guard has one exception, [`Guard::allow_loopback`], set only
-//! by the hidden test hook `CrawlConfig::allow_loopback_for_tests`. It admits exactly 127.0.0.0/8
-//! and `::1`; everything else (private, link-local, mapped loopback) stays refused.
+//! A site served from this machine (the tests' servers, the Rust book that `cargo xtask rust-book`
+//! builds and crawls) needs loopback, so the guard has one exception, [`Guard::allow_loopback`],
+//! set only by `CrawlConfig::allow_loopback`, which no flag of the crawl example reaches. It admits
+//! exactly 127.0.0.0/8 and `::1`; everything else (private, link-local, mapped loopback) stays
+//! refused.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use url::{Host, Url};

@@ -38,8 +38,10 @@ pub struct Options {
     pub max_bytes: u64,
     pub min_char_count: usize,
     pub user_agent: String,
-    /// True only in the crate's own tests.
-    pub loopback_allowed_for_tests: bool,
+    /// Loopback addresses were allowed: a site served from the crawling machine (the tests'; the
+    /// Rust book `cargo xtask rust-book` built).
+    #[serde(alias = "loopback_allowed_for_tests")]
+    pub loopback_allowed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -167,6 +169,38 @@ pub struct Letter {
     pub count: usize,
 }
 
+impl Manifest {
+    /// Every address under `from` (`http://127.0.0.1:8000/`) moved under `to`
+    /// (`https://doc.rust-lang.org/book/`), and the scope with them: for a site crawled where it
+    /// was built and cited where it is published. Addresses elsewhere are left alone.
+    pub fn rebase(&mut self, from: &str, to: &str) {
+        let move_one = |u: &mut String| {
+            if let Some(rest) = u.strip_prefix(from) {
+                *u = format!("{to}{rest}");
+            }
+        };
+        let scheme_less = |u: &str| {
+            u.split_once("://")
+                .map_or(u.to_string(), |(_, r)| r.to_string())
+        };
+        let (scope_from, scope_to) = (scheme_less(from), scheme_less(to));
+        if let Some(rest) = self.scope.strip_prefix(&scope_from) {
+            self.scope = format!("{scope_to}{rest}");
+        }
+        move_one(&mut self.start);
+        move_one(&mut self.robots.url);
+        for p in &mut self.pages {
+            move_one(&mut p.url);
+            p.redirected_from.iter_mut().for_each(move_one);
+        }
+        for s in &mut self.skipped {
+            move_one(&mut s.url);
+            s.from.iter_mut().for_each(move_one);
+            s.redirects.iter_mut().for_each(move_one);
+        }
+    }
+}
+
 /// `time` as RFC 3339 in UTC, to the second: `2024-05-01T12:00:00Z`. (Times before 1970 are
 /// written as 1970.)
 pub fn rfc3339(time: SystemTime) -> String {
@@ -203,6 +237,75 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn rebase_moves_every_address_under_the_old_base_and_nothing_else() {
+        let page = |url: &str| Page {
+            url: url.into(),
+            redirected_from: vec!["http://127.0.0.1:9/old.html".into()],
+            status: 200,
+            bytes: 1,
+            heading: "# A".into(),
+            offset: 0,
+            len: 1,
+            sha256: String::new(),
+        };
+        let mut m = Manifest {
+            tool: "t".into(),
+            start: "http://127.0.0.1:9/".into(),
+            scope: "127.0.0.1:9/".into(),
+            date: "d".into(),
+            options: Options {
+                same_host: false,
+                delay_seconds: 0.0,
+                max_pages: 1,
+                max_bytes: 1,
+                min_char_count: 1,
+                user_agent: "u".into(),
+                loopback_allowed: true,
+            },
+            robots: RobotsRecord {
+                url: "http://127.0.0.1:9/robots.txt".into(),
+                status: Some(404),
+                outcome: "o".into(),
+                rules: vec![],
+                crawl_delay: None,
+            },
+            stopped: Stop::Finished,
+            pages: vec![page("http://127.0.0.1:9/ch01.html")],
+            skipped: vec![Skip {
+                url: "https://example.org/x".into(),
+                reason: Reason::OutOfScope,
+                detail: String::new(),
+                from: Some("http://127.0.0.1:9/ch01.html".into()),
+                status: None,
+                redirects: vec![],
+            }],
+            cleaning: CleanReport::default(),
+            text: TextRecord {
+                file: "f".into(),
+                bytes: 0,
+                chars: 0,
+                distinct: 0,
+                sha256: String::new(),
+            },
+            alphabet: vec![],
+        };
+        m.rebase("http://127.0.0.1:9/", "https://doc.rust-lang.org/book/");
+        assert_eq!(m.start, "https://doc.rust-lang.org/book/");
+        assert_eq!(m.scope, "doc.rust-lang.org/book/");
+        assert_eq!(m.robots.url, "https://doc.rust-lang.org/book/robots.txt");
+        assert_eq!(m.pages[0].url, "https://doc.rust-lang.org/book/ch01.html");
+        assert_eq!(
+            m.pages[0].redirected_from[0],
+            "https://doc.rust-lang.org/book/old.html"
+        );
+        assert_eq!(m.skipped[0].url, "https://example.org/x");
+        assert_eq!(
+            m.skipped[0].from.as_deref(),
+            Some("https://doc.rust-lang.org/book/ch01.html")
+        );
+    }
 
     #[test]
     fn rfc3339_dates() {

@@ -273,7 +273,7 @@ fn book(_base: &str, with_robots: bool) -> HashMap<String, Reply> {
 }
 
 fn config(start: String) -> CrawlConfig {
-    let mut c = CrawlConfig::new(start).allow_loopback_for_tests();
+    let mut c = CrawlConfig::new(start).allow_loopback();
     c.delay = Duration::ZERO;
     c
 }
@@ -312,7 +312,7 @@ fn the_test_site_becomes_exactly_this_text_and_manifest() {
     assert_eq!(value["start"], format!("{base}/book/"));
     assert_eq!(value["scope"], format!("127.0.0.1:{port}/book/"));
     assert_eq!(value["stopped"], "finished");
-    assert_eq!(value["options"]["loopback_allowed_for_tests"], true);
+    assert_eq!(value["options"]["loopback_allowed"], true);
     assert_eq!(value["skipped"][0]["reason"], "print_page");
     let date = value["date"].as_str().unwrap();
     assert!(
