@@ -239,6 +239,24 @@ fn setup(dir: &Path) {
     );
     std::fs::create_dir_all(dir.join("not-a-pipeline")).unwrap();
 
+    // Search: the vendored corpus, a copy edited behind its manifest's back, and a corpus of no
+    // pages (empty.txt, with a manifest that describes it).
+    let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/data/rust-book/rust-book.txt");
+    let manifest = std::fs::read_to_string(book.with_extension("txt.crawl.json")).unwrap();
+    let text = std::fs::read_to_string(&book).unwrap();
+    std::fs::create_dir_all(dir.join("book")).unwrap();
+    w("book/book.txt", text.as_bytes());
+    w("book/book.txt.crawl.json", manifest.as_bytes());
+    w(
+        "book/edited.txt",
+        text.replacen("closure", "lambda", 1).as_bytes(),
+    );
+    w("book/edited.txt.crawl.json", manifest.as_bytes());
+    w(
+        "empty.txt.crawl.json",
+        br#"{"pages": [], "text": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}"#,
+    );
+
     let mut args = vec!["--data", "docs.txt", "--save", "lm/model"];
     args.extend(LM_TINY);
     let o = run(dir, "lm", &args);
@@ -687,6 +705,62 @@ fn rows() -> Vec<Row> {
             &["ftp://example.com/docs/"],
             1,
             "ftp://example.com/docs/",
+        ),
+        row(
+            "search: a corpus with no pages",
+            "engine",
+            &["search", "--corpus", "empty.txt", "closures"],
+            1,
+            "empty.txt: the corpus has no text",
+        ),
+        row(
+            "search: a corpus without its manifest",
+            "engine",
+            &["search", "--corpus", "tiny.txt", "closures"],
+            1,
+            "tiny.txt.crawl.json",
+        ),
+        row(
+            "search: a corpus edited after the crawl",
+            "engine",
+            &["search", "--corpus", "book/edited.txt", "closures"],
+            1,
+            "book/edited.txt is not the text",
+        ),
+        row(
+            "search: a question with no word to look for",
+            "engine",
+            &["search", "--corpus", "book/book.txt", "? I & a"],
+            1,
+            "has no word to search for",
+        ),
+        row(
+            "search: --k1 nan",
+            "engine",
+            &[
+                "search",
+                "--corpus",
+                "book/book.txt",
+                "--k1",
+                "nan",
+                "closures",
+            ],
+            1,
+            "--k1 NaN",
+        ),
+        row(
+            "search: --passages 0",
+            "engine",
+            &[
+                "search",
+                "--corpus",
+                "book/book.txt",
+                "--passages",
+                "0",
+                "closures",
+            ],
+            1,
+            "--passages 0",
         ),
     ]
 }

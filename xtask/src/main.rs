@@ -10,6 +10,8 @@ mod cargo;
 mod kill_test;
 mod measure;
 mod mutants;
+mod retrieval;
+mod rust_book;
 mod tables;
 mod witnesses;
 
@@ -47,6 +49,13 @@ enum Command {
     /// Train a short real run, SIGKILL it at random moments, resume it after each kill, and
     /// compare its end with the same run never interrupted, byte for byte.
     KillTest(kill_test::KillArgs),
+    /// Build the Rust book from a checkout with mdbook, crawl it on loopback, and write the
+    /// retrieval corpus into datasets/data/rust-book/.
+    RustBook(rust_book::RustBookArgs),
+    /// Score retrieval on the labelled questions (recall@1, recall@5, MRR; with and without
+    /// stemming and the specific-term rule; a BM25 grid; index and query times) and rewrite the
+    /// tables in README.md and docs/retrieval.md.
+    Retrieval(retrieval::RetrievalArgs),
     /// (internal) One run of one experiment, in a process of its own.
     #[command(hide = true)]
     RunOne(tables::RunOneArgs),
@@ -107,5 +116,7 @@ fn main() -> Result<()> {
         Command::Mutants(args) => mutants::run(args),
         Command::Witnesses(args) => witnesses::run(args),
         Command::KillTest(args) => kill_test::run(args),
+        Command::RustBook(args) => rust_book::run(args),
+        Command::Retrieval(args) => retrieval::run(args),
     }
 }

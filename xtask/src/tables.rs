@@ -633,7 +633,12 @@ pub fn replace_between(text: &str, kind: &str, name: &str, body: &str) -> Option
 }
 
 /// The pages that hold marked blocks (`<!-- kind:name -->`) the xtask commands rewrite.
-pub const MARKED_PAGES: [&str; 3] = ["README.md", "docs/experiments.md", "docs/witness-system.md"];
+pub const MARKED_PAGES: [&str; 4] = [
+    "README.md",
+    "docs/experiments.md",
+    "docs/witness-system.md",
+    "docs/retrieval.md",
+];
 
 /// Writes `body` between the `kind:name` markers of every page in [`MARKED_PAGES`] that has them;
 /// false when none has.
