@@ -41,6 +41,9 @@ pub struct CausalSelfAttentionConfig {
     /// Biases on the projections (GPT-2 has them).
     #[config(default = true)]
     pub bias: bool,
+    /// Biases on the query, key and value projection (Qwen2 has them there and nowhere else).
+    #[config(default = true)]
+    pub qkv_bias: bool,
     /// Standard deviation of the weights at initialisation (GPT-2: 0.02); biases start at zero.
     #[config(default = 0.02)]
     pub init_std: f64,
@@ -56,9 +59,9 @@ impl CausalSelfAttentionConfig {
             self.heads
         );
         let d = self.d_model / self.heads;
-        let linear = |i, o| {
+        let linear = |i, o, bias| {
             let mut l: Linear<B> = LinearConfig::new(i, o)
-                .with_bias(self.bias)
+                .with_bias(bias)
                 .with_initializer(Initializer::Normal {
                     mean: 0.0,
                     std: self.init_std,
@@ -72,8 +75,8 @@ impl CausalSelfAttentionConfig {
                 .then(|| Norm::new(NormKind::RmsNorm, d, self.qk_norm_eps, device))
         };
         CausalSelfAttention {
-            c_attn: linear(self.d_model, self.d_model + 2 * kv * d),
-            c_proj: linear(self.d_model, self.d_model),
+            c_attn: linear(self.d_model, self.d_model + 2 * kv * d, self.qkv_bias),
+            c_proj: linear(self.d_model, self.d_model, self.bias),
             q_norm: qk(),
             k_norm: qk(),
             heads: self.heads,

@@ -76,6 +76,15 @@ pub struct GptConfig {
     /// Biases on every linear layer (GPT-2 has them; Llama-style models do not).
     #[config(default = true)]
     pub bias: bool,
+    /// Biases on the query, key and value projection whatever `bias` says (Qwen2: `Some(true)`
+    /// with `bias` false); `None` follows `bias`. An `Option` so that configurations saved before
+    /// it existed still read.
+    #[config(default = "None")]
+    pub qkv_bias: Option<bool>,
+    /// The feed-forward hidden width, when a checkpoint fixes it (Qwen2's `intermediate_size`);
+    /// `None`: 4C for GELU, 8C/3 rounded up to 64 for SwiGLU.
+    #[config(default = "None")]
+    pub ffn_hidden: Option<usize>,
     #[config(default = 10000.0)]
     pub rope_base: f64,
     #[config(default = 1e-5)]
@@ -105,6 +114,9 @@ impl GptConfig {
             if v == 0 {
                 return fail(format!("{flag} 0: must be at least 1"));
             }
+        }
+        if self.ffn_hidden == Some(0) {
+            return fail("the feed-forward width 0 must be at least 1".into());
         }
         if !self.d_model.is_multiple_of(self.heads) {
             return fail(format!(
@@ -160,10 +172,21 @@ impl GptConfig {
             && self.logit_softcap.is_none()
             && self.kv_heads.is_none_or(|k| k == self.heads)
             && self.bias
+            && self.qkv_bias != Some(false)
+            && self.ffn_hidden.is_none_or(|h| h == 4 * self.d_model)
     }
 
-    /// The feed-forward hidden width: 4C for GELU; for SwiGLU, 8C/3 rounded up to a multiple of 64.
+    /// Whether the query, key and value projection has biases.
+    pub fn has_qkv_bias(&self) -> bool {
+        self.qkv_bias.unwrap_or(self.bias)
+    }
+
+    /// The feed-forward hidden width: [`GptConfig::ffn_hidden`] when set, else 4C for GELU and
+    /// for SwiGLU 8C/3 rounded up to a multiple of 64.
     pub fn mlp_hidden(&self) -> usize {
+        if let Some(h) = self.ffn_hidden {
+            return h;
+        }
         match self.mlp {
             MlpKind::Gelu => 4 * self.d_model,
             MlpKind::SwiGlu => (8 * self.d_model / 3).div_ceil(64) * 64,
@@ -211,13 +234,15 @@ impl GptConfig {
         let d = c / self.heads;
         let kv = self.kv_heads.unwrap_or(self.heads);
         let b = self.bias as usize;
+        let qb = self.has_qkv_bias() as usize;
         let norm = if self.norm == NormKind::LayerNorm {
             2 * c
         } else {
             c
         };
         let qkv_out = c + 2 * kv * d;
-        let attn = c * qkv_out + b * qkv_out + c * c + b * c + if self.qk_norm { 2 * d } else { 0 };
+        let attn =
+            c * qkv_out + qb * qkv_out + c * c + b * c + if self.qk_norm { 2 * d } else { 0 };
         let hdn = self.mlp_hidden();
         let mlp = match self.mlp {
             MlpKind::Gelu => c * hdn + b * hdn + hdn * c + b * c,
@@ -446,6 +471,7 @@ pub fn init_block<B: Backend>(c: &GptConfig, device: &B::Device) -> Block<B> {
             .with_rope_base((c.positions == PositionKind::Rope).then_some(c.rope_base))
             .with_qk_norm(c.qk_norm)
             .with_bias(c.bias)
+            .with_qkv_bias(c.has_qkv_bias())
             .with_init_std(c.init_std)
             .init(device),
         ln_2: ln(),

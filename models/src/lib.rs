@@ -27,6 +27,7 @@ pub mod native;
 pub mod norm;
 pub mod output;
 pub mod patch_embed;
+pub mod qwen2;
 pub mod reference;
 pub mod regroup;
 pub mod rope;

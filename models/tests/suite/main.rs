@@ -13,6 +13,7 @@ mod dit_fixture;
 mod gpt2_fixture;
 mod gpt_behaviour;
 mod gpt_decoding;
+mod qwen2_fixture;
 
 use burn::prelude::*;
 
