@@ -1,11 +1,13 @@
-//! The engine's front end. For now one command, `search`: the passages of a crawled corpus that
+//! The engine's front end. For now two commands: `search`, the passages of a crawled corpus that
 //! bear on a question, each with its page, its section, and every question word's part of its
-//! score.
+//! score; and `ask`, those passages read by an instruction-tuned model (Qwen2 family, in
+//! transformers' layout) that streams its answer.
 //!
 //! ```text
 //! cargo run --release --example engine -- search "pushing onto a vector"
 //! cargo run --release --example engine -- search --corpus docs.txt --passages 3 "what is a trait object"
 //! cargo run --release --example engine -- search        # questions from standard input, one a line
+//! cargo run --release --example engine -- ask --model Qwen2.5-0.5B-Instruct "how do I push onto a vector"
 //! ```
 //!
 //! The default corpus is the Rust book, vendored in `datasets/data/rust-book/` (`cargo xtask
@@ -14,12 +16,15 @@
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
+use nervus_inference::ask::Reader;
+use nervus_inference::generate::SampleOptions;
 use nervus_inference::retrieve::{self, Bm25, Retriever, SearchOptions};
-use std::io::BufRead;
+use nervus_training::backend;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(about = "Search a crawled corpus (more engine commands to come)")]
+#[command(about = "Search a crawled corpus, or have a chat model answer from it")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,6 +34,28 @@ struct Cli {
 enum Command {
     /// Print the passages that best answer a question, and why they ranked.
     Search(SearchArgs),
+    /// Answer a question from the passages search finds, with an instruction-tuned model.
+    Ask(AskArgs),
+}
+
+#[derive(clap::Args)]
+struct AskArgs {
+    /// A Qwen2-family chat model directory in transformers' layout (config.json,
+    /// model.safetensors, tokenizer.json, tokenizer_config.json), e.g. Qwen2.5-0.5B-Instruct.
+    #[arg(long)]
+    model: PathBuf,
+    /// Tokens of answer at most.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 for greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    #[command(flatten)]
+    search: SearchArgs,
 }
 
 #[derive(clap::Args)]
@@ -73,11 +100,13 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Search(args) => search(args),
+        Command::Ask(args) => ask(args),
     }
 }
 
-fn search(args: SearchArgs) -> Result<()> {
-    if args.context == 0 {
+/// The search settings the flags give, for a reader of `context` tokens.
+fn options(args: &SearchArgs, context: usize) -> Result<SearchOptions> {
+    if context == 0 {
         bail!("--context 0: the reader's context is a number of tokens above 0");
     }
     let options = SearchOptions {
@@ -90,12 +119,84 @@ fn search(args: SearchArgs) -> Result<()> {
         passages: args.passages,
         budget: args
             .budget
-            .unwrap_or_else(|| retrieve::budget(args.context, retrieve::BPE_CHARS_PER_TOKEN)),
+            .unwrap_or_else(|| retrieve::budget(context, retrieve::BPE_CHARS_PER_TOKEN)),
     };
-    // Checked before the corpus is read, so that a bad flag is the error a user sees.
     if let Err(e) = options.check() {
         bail!("--{e}");
     }
+    Ok(options)
+}
+
+fn ask(args: AskArgs) -> Result<()> {
+    if args.max_tokens == 0 {
+        bail!("--max-tokens 0: ask for at least one token of answer");
+    }
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!(
+            "--temperature {}: a number, 0 (greedy) or above",
+            args.temperature
+        );
+    }
+    if args.top_k == Some(0) {
+        bail!("--top-k 0: keep at least one token");
+    }
+    // Flags first, then the corpus (fast), then the model (slow), so that mistakes show at once.
+    options(&args.search, args.search.context)?;
+    let mut retriever = Retriever::open(&args.search.corpus, !args.search.no_stem)?;
+    let device = backend::device();
+    let started = std::time::Instant::now();
+    let reader = Reader::<backend::Infer>::load(&args.model, &device)?;
+    let loaded = started.elapsed();
+    // The reader's own context sets the budget, unless --budget says otherwise.
+    let search = options(&args.search, reader.context())?;
+    let question = args
+        .search
+        .question
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("ask needs a question"))?;
+    let sample = SampleOptions {
+        length: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+    };
+    let answer = nervus_inference::ask::ask(
+        &reader,
+        &mut retriever,
+        question,
+        &search,
+        &sample,
+        args.seed,
+        |text| {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+        },
+    )?;
+    println!();
+    println!("\nfrom:");
+    for (i, (source, chars)) in answer.sources.iter().enumerate() {
+        println!("  [{}] {source} ({chars} characters)", i + 1);
+    }
+    let decode = answer.total.saturating_sub(answer.first_token);
+    eprintln!(
+        "model loaded in {:.1} s; search {:.1} ms; prompt {} tokens; first token after {:.2} s; \
+         {} tokens at {:.1} tokens/s{}",
+        loaded.as_secs_f64(),
+        answer.search.as_secs_f64() * 1e3,
+        answer.prompt_tokens,
+        answer.first_token.as_secs_f64(),
+        answer.tokens,
+        (answer.tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9),
+        if answer.finished {
+            ""
+        } else {
+            " (stopped at --max-tokens)"
+        }
+    );
+    Ok(())
+}
+
+fn search(args: SearchArgs) -> Result<()> {
+    let options = options(&args, args.context)?;
     let mut r = Retriever::open(&args.corpus, !args.no_stem)?;
     let index = format!(
         "{}: {} pages, {} paragraphs, {} terms; indexed in {:.1} ms",

@@ -252,6 +252,21 @@ fn setup(dir: &Path) {
         text.replacen("closure", "lambda", 1).as_bytes(),
     );
     w("book/edited.txt.crawl.json", manifest.as_bytes());
+    // Ask: the tiny Qwen2 fixture, without its chat template, and with a config of fewer ids
+    // than its weights.
+    let qwen = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures/qwen2-tiny");
+    copy_dir(&qwen, &dir.join("qwen"));
+    copy_dir(&qwen, &dir.join("qwen-base"));
+    std::fs::remove_file(dir.join("qwen-base/chat_template.jinja")).unwrap();
+    copy_dir(&qwen, &dir.join("qwen-small-vocab"));
+    let config = std::fs::read_to_string(qwen.join("config.json")).unwrap();
+    assert!(config.contains("\"vocab_size\": 320"));
+    w(
+        "qwen-small-vocab/config.json",
+        config
+            .replace("\"vocab_size\": 320", "\"vocab_size\": 100")
+            .as_bytes(),
+    );
     w(
         "empty.txt.crawl.json",
         br#"{"pages": [], "text": {"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}"#,
@@ -761,6 +776,64 @@ fn rows() -> Vec<Row> {
             ],
             1,
             "--passages 0",
+        ),
+        row(
+            "ask: a model directory that is not there",
+            "engine",
+            &[
+                "ask",
+                "--corpus",
+                "book/book.txt",
+                "--model",
+                "nowhere",
+                "closures",
+            ],
+            1,
+            "nowhere/tokenizer.json",
+        ),
+        row(
+            "ask: a model without a chat template (a base model)",
+            "engine",
+            &[
+                "ask",
+                "--corpus",
+                "book/book.txt",
+                "--model",
+                "qwen-base",
+                "closures",
+            ],
+            1,
+            "no chat template",
+        ),
+        row(
+            "ask: a config whose vocabulary the weights do not have",
+            "engine",
+            &[
+                "ask",
+                "--corpus",
+                "book/book.txt",
+                "--model",
+                "qwen-small-vocab",
+                "closures",
+            ],
+            1,
+            "model.embed_tokens.weight",
+        ),
+        row(
+            "ask: --max-tokens 0",
+            "engine",
+            &[
+                "ask",
+                "--corpus",
+                "book/book.txt",
+                "--model",
+                "qwen",
+                "--max-tokens",
+                "0",
+                "closures",
+            ],
+            1,
+            "--max-tokens 0",
         ),
     ]
 }

@@ -81,6 +81,19 @@ pub fn generate<B: Backend>(
     opts: &SampleOptions,
     rng: &mut Rng,
 ) -> Vec<u32> {
+    generate_with(model, prompt, opts, rng, |_| true)
+}
+
+/// [`generate`], handing each token to `on_token` as soon as it is drawn; generation stops early
+/// when `on_token` returns false (an end-of-turn token, a reader who has seen enough). Returns the
+/// tokens drawn, the one that stopped it included.
+pub fn generate_with<B: Backend>(
+    model: &Gpt<B>,
+    prompt: &[u32],
+    opts: &SampleOptions,
+    rng: &mut Rng,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Vec<u32> {
     assert!(
         !prompt.is_empty(),
         "generation needs at least one prompt token"
@@ -96,7 +109,7 @@ pub fn generate<B: Backend>(
         let next = sample(&logits, opts, rng);
         out.push(next);
         tokens.push(next);
-        if out.len() == opts.length {
+        if !on_token(next) || out.len() == opts.length {
             break;
         }
         let held = cache.first().map_or(0, |c| c.len());

@@ -10,7 +10,7 @@ pub mod corpus;
 pub mod index;
 pub mod passage;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use corpus::{Corpus, manifest_path};
 pub use index::{Analyzer, Bm25, Index, Term};
