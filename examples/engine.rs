@@ -140,6 +140,11 @@ fn ask(args: AskArgs) -> Result<()> {
     if args.top_k == Some(0) {
         bail!("--top-k 0: keep at least one token");
     }
+    let question = args
+        .search
+        .question
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("ask needs a question"))?;
     // Flags first, then the corpus (fast), then the model (slow), so that mistakes show at once.
     options(&args.search, args.search.context)?;
     let mut retriever = Retriever::open(&args.search.corpus, !args.search.no_stem)?;
@@ -149,11 +154,6 @@ fn ask(args: AskArgs) -> Result<()> {
     let loaded = started.elapsed();
     // The reader's own context sets the budget, unless --budget says otherwise.
     let search = options(&args.search, reader.context())?;
-    let question = args
-        .search
-        .question
-        .as_deref()
-        .ok_or_else(|| anyhow::anyhow!("ask needs a question"))?;
     let sample = SampleOptions {
         length: args.max_tokens,
         temperature: args.temperature,
@@ -171,26 +171,11 @@ fn ask(args: AskArgs) -> Result<()> {
             let _ = std::io::stdout().flush();
         },
     )?;
-    println!();
-    println!("\nfrom:");
-    for (i, (source, chars)) in answer.sources.iter().enumerate() {
-        println!("  [{}] {source} ({chars} characters)", i + 1);
-    }
-    let decode = answer.total.saturating_sub(answer.first_token);
+    println!("\n\n{}", answer.sources_list());
     eprintln!(
-        "model loaded in {:.1} s; search {:.1} ms; prompt {} tokens; first token after {:.2} s; \
-         {} tokens at {:.1} tokens/s{}",
+        "model loaded in {:.1} s; {}",
         loaded.as_secs_f64(),
-        answer.search.as_secs_f64() * 1e3,
-        answer.prompt_tokens,
-        answer.first_token.as_secs_f64(),
-        answer.tokens,
-        (answer.tokens.saturating_sub(1)) as f64 / decode.as_secs_f64().max(1e-9),
-        if answer.finished {
-            ""
-        } else {
-            " (stopped at --max-tokens)"
-        }
+        answer.timing()
     );
     Ok(())
 }

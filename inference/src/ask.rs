@@ -120,6 +120,36 @@ pub struct Answer {
     pub total: Duration,
 }
 
+impl Answer {
+    /// The passages the reader was given, numbered as in its prompt.
+    pub fn sources_list(&self) -> String {
+        let mut out = String::from("from:");
+        for (i, (source, chars)) in self.sources.iter().enumerate() {
+            out.push_str(&format!("\n  [{}] {source} ({chars} characters)", i + 1));
+        }
+        out
+    }
+
+    /// Search time, prompt size, time to the first token, and the tokens a second after it.
+    pub fn timing(&self) -> String {
+        let decoding = self.total.saturating_sub(self.first_token).as_secs_f64();
+        format!(
+            "search {:.1} ms; prompt {} tokens; first token after {:.2} s; {} tokens at {:.1} \
+             tokens/s{}",
+            self.search.as_secs_f64() * 1e3,
+            self.prompt_tokens,
+            self.first_token.as_secs_f64(),
+            self.tokens,
+            self.tokens.saturating_sub(1) as f64 / decoding.max(1e-9),
+            if self.finished {
+                ""
+            } else {
+                " (stopped at --max-tokens)"
+            }
+        )
+    }
+}
+
 /// Searches `retriever` for `question`, fits the passages into `reader`'s prompt, and streams the
 /// answer's text to `on_text` as it is generated.
 pub fn ask<B: Backend>(

@@ -243,19 +243,24 @@ mod tests {
         )
     }
 
+    /// `text` with a manifest of `pages` (offset, length), opened.
+    fn open(text: &str, pages: &[(usize, usize)]) -> Corpus {
+        let json = manifest(text, pages);
+        Corpus::from_parts(
+            Path::new("c.txt"),
+            Path::new("c.txt.crawl.json"),
+            text.as_bytes().to_vec(),
+            json.as_bytes(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn paragraphs_keep_their_page_and_section() {
         let p0 = "# One\n\nfirst para\nstill first\n\n## Sub\n\nsecond\n\n\n";
         let p1 = "# Two\n\n  indented para  \n";
         let text = format!("{p0}{p1}");
-        let json = manifest(&text, &[(0, p0.len()), (p0.len(), p1.len())]);
-        let c = Corpus::from_parts(
-            Path::new("c.txt"),
-            Path::new("c.txt.crawl.json"),
-            text.into_bytes(),
-            json.as_bytes(),
-        )
-        .unwrap();
+        let c = open(&text, &[(0, p0.len()), (p0.len(), p1.len())]);
         let got: Vec<(usize, &str, &str)> = (0..c.chunks.len())
             .map(|i| {
                 (
@@ -285,14 +290,7 @@ mod tests {
     fn a_code_listing_is_one_paragraph_whatever_blank_lines_it_holds() {
         let code = "```rust\nfn main() {\n\n# not a heading\n}\n```";
         let text = format!("# Code\n\n{code}\n\nafter\n");
-        let json = manifest(&text, &[(0, text.len())]);
-        let c = Corpus::from_parts(
-            Path::new("c.txt"),
-            Path::new("c.txt.crawl.json"),
-            text.into_bytes(),
-            json.as_bytes(),
-        )
-        .unwrap();
+        let c = open(&text, &[(0, text.len())]);
         let got: Vec<(&str, &str)> = (0..c.chunks.len())
             .map(|i| (c.chunks[i].section.as_str(), c.chunk_text(i)))
             .collect();
