@@ -73,6 +73,9 @@ pub const FURNITURE: &[&str] = &[
     "pagination",
     "out-of-band",
     "hideme",
+    // mdBook's hidden lines of a listing (`# fn main() {` in the source): there for the compiler,
+    // hidden from the reader by a script.
+    "boring",
 ];
 
 /// ARIA roles of furniture.
@@ -674,6 +677,13 @@ mod tests {
             "Use let here:\n\n```rust\nfn main() {\n    let x = a < b;\n\n\tprintln!(\"{x}\");\
              \n}\n```\n\n```sh\n$ ls\n```\n\n```\nplain\n```"
         );
+    }
+
+    #[test]
+    fn a_listings_hidden_lines_stay_hidden() {
+        let page = "<pre><code class=\"language-rust\"><span class=\"boring\">#![allow(unused)]\n\
+                    fn main() {\n</span>let v = vec![1, 2];\n<span class=\"boring\">}</span></code></pre>";
+        assert_eq!(extract(page).text, "```rust\nlet v = vec![1, 2];\n```");
     }
 
     #[test]
