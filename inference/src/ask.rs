@@ -314,6 +314,46 @@ mod tests {
         assert_eq!(reader.chat.decode(&got), r.greedy_text);
     }
 
+    /// A tokenizer that knows an id the embedding has no row for is refused before any
+    /// generation could index past the table.
+    #[test]
+    fn a_tokenizer_with_more_ids_than_the_model_is_refused_naming_both() {
+        let dir = std::env::temp_dir().join(format!("nervus-ask-vocab-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(fixture()).unwrap().flatten() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let path = dir.join("tokenizer.json");
+        let mut tok: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        tok["added_tokens"].as_array_mut().unwrap().push(
+            serde_json::json!({"id": 320, "content": "<|extra|>", "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
+        );
+        std::fs::write(&path, tok.to_string()).unwrap();
+        let err = Reader::<TB>::load(&dir, &Default::default())
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                err,
+                AskError::Vocabulary {
+                    tokenizer: 321,
+                    model: 320,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("the tokenizer has 321 ids and the model 320"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn an_answer_fits_the_readers_context_with_its_passages_cut_to_fit() {
         let reader = Reader::<TB>::load(&fixture(), &Default::default()).expect("fixture loads");
