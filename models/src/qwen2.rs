@@ -246,22 +246,6 @@ pub fn load<B: Backend>(
     let path = file.path.clone();
     file.finish()?;
     let model = config.init::<B>(device);
-    for (name, shape) in crate::named::shapes(&model) {
-        match by_burn.get(&name) {
-            Some(t) if t.shape == shape => {}
-            Some(t) => {
-                return Err(CheckpointError::format(
-                    &path,
-                    format!("{name}: built {:?}, the model has {shape:?}", t.shape),
-                ));
-            }
-            None => {
-                return Err(CheckpointError::format(
-                    &path,
-                    format!("{name}: nothing maps to it"),
-                ));
-            }
-        }
-    }
+    // `import` checks every parameter against what was built here: missing, shape, extra.
     Ok((crate::named::import(model, by_burn, &path)?, hf))
 }

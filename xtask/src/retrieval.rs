@@ -38,6 +38,14 @@ struct Labelled {
     section: String,
 }
 
+impl Labelled {
+    /// Whether `url` is the labelled page.
+    fn names(&self, url: &str) -> bool {
+        url.strip_suffix(self.page.as_str())
+            .is_some_and(|base| base.ends_with('/'))
+    }
+}
+
 /// Where each question's page first came back (1-based), and whether its section did within 5.
 struct Ranks {
     ranks: Vec<Option<usize>>,
@@ -76,11 +84,8 @@ fn evaluate(r: &Retriever, questions: &[Labelled], options: &SearchOptions) -> R
     let mut sections = Vec::with_capacity(questions.len());
     for q in questions {
         let found = r.search_unchecked(&q.question, &options)?;
-        let on_page = |p: &nervus_inference::retrieve::Passage| {
-            r.corpus.pages[p.page]
-                .url
-                .ends_with(&format!("/{}", q.page))
-        };
+        let on_page =
+            |p: &nervus_inference::retrieve::Passage| q.names(&r.corpus.pages[p.page].url);
         ranks.push(found.passages.iter().position(on_page).map(|i| i + 1));
         sections.push(
             found
@@ -127,12 +132,7 @@ pub fn run(args: RetrievalArgs) -> Result<()> {
     let stemmed = Retriever::open(&args.corpus, true)?;
     let plain = Retriever::open(&args.corpus, false)?;
     for q in &questions {
-        if !stemmed
-            .corpus
-            .pages
-            .iter()
-            .any(|p| p.url.ends_with(&format!("/{}", q.page)))
-        {
+        if !stemmed.corpus.pages.iter().any(|p| q.names(&p.url)) {
             bail!(
                 "{}: {:?} names page {} that the corpus does not have",
                 args.questions.display(),
@@ -141,10 +141,7 @@ pub fn run(args: RetrievalArgs) -> Result<()> {
             );
         }
         let page_has_section = stemmed.corpus.chunks.iter().any(|c| {
-            stemmed.corpus.pages[c.page]
-                .url
-                .ends_with(&format!("/{}", q.page))
-                && same_heading(&c.section, &q.section)
+            q.names(&stemmed.corpus.pages[c.page].url) && same_heading(&c.section, &q.section)
         });
         if !page_has_section {
             bail!(

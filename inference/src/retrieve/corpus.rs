@@ -4,13 +4,13 @@
 //! page's first, and the passages built from chunks ([`super::passage`]) stop at the page's edge.
 
 use super::RetrieveError;
+use nervus_datasets::download::sha256_hex;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// The part of the crawler's manifest that retrieval needs (the rest is ignored, so that this
-/// stays readable whatever else the crawler records).
+/// The part of the crawler's manifest (`nervus_datasets::crawl::Manifest`) that retrieval needs;
+/// the rest is ignored, so that this stays readable whatever else the crawler records.
 #[derive(Deserialize)]
 struct ManifestView {
     pages: Vec<PageView>,
@@ -103,7 +103,7 @@ impl Corpus {
         };
         let view: ManifestView =
             serde_json::from_slice(json).map_err(|e| bad(format!("not a crawl manifest: {e}")))?;
-        let sha = hex(&Sha256::digest(&bytes));
+        let sha = sha256_hex(&bytes);
         if !sha.eq_ignore_ascii_case(view.text.sha256.trim()) {
             return Err(RetrieveError::Mismatch {
                 corpus: path.to_path_buf(),
@@ -218,10 +218,6 @@ fn heading(para: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,7 +235,7 @@ mod tests {
         format!(
             r#"{{"pages":[{}],"text":{{"sha256":"{}"}}}}"#,
             pages.join(","),
-            hex(&Sha256::digest(text.as_bytes()))
+            sha256_hex(text.as_bytes())
         )
     }
 

@@ -249,8 +249,12 @@ fn stamp(path: &Path) -> Result<Stamp, RetrieveError> {
 impl Retriever {
     /// Reads and indexes the corpus at `path` (with Porter's stemmer when `stem`).
     pub fn open(path: &Path, stem: bool) -> Result<Self, RetrieveError> {
+        Self::build(path, stem, stamp(path)?, 1)
+    }
+
+    /// Reads and indexes the files whose state, taken before reading, is `stamp`.
+    fn build(path: &Path, stem: bool, stamp: Stamp, builds: usize) -> Result<Self, RetrieveError> {
         let start = Instant::now();
-        let stamp = stamp(path)?;
         let corpus = Corpus::open(path)?;
         let index = Index::build(&corpus, Analyzer::new(stem));
         Ok(Self {
@@ -258,18 +262,22 @@ impl Retriever {
             index,
             stamp,
             built_in: start.elapsed(),
-            builds: 1,
+            builds,
         })
     }
 
     /// Builds the index again if the text or its manifest changed since it was built.
     pub fn refresh(&mut self) -> Result<bool, RetrieveError> {
-        if stamp(&self.corpus.path)? == self.stamp {
+        let now = stamp(&self.corpus.path)?;
+        if now == self.stamp {
             return Ok(false);
         }
-        let builds = self.builds;
-        *self = Self::open(&self.corpus.path.clone(), self.index.stems())?;
-        self.builds = builds + 1;
+        *self = Self::build(
+            &self.corpus.path.clone(),
+            self.index.stems(),
+            now,
+            self.builds + 1,
+        )?;
         Ok(true)
     }
 

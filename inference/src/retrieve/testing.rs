@@ -1,7 +1,7 @@
 //! Small corpora for the tests, made the way the crawler writes them.
 
 use super::corpus::Corpus;
-use sha2::{Digest, Sha256};
+use nervus_datasets::download::sha256_hex;
 use std::path::Path;
 
 /// The text and manifest of `pages` (each a list of paragraphs), as the crawler would write them.
@@ -19,10 +19,7 @@ pub fn files(pages: &[&[&str]]) -> (String, String) {
             "len": page.len(),
         }));
     }
-    let sha: String = Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha = sha256_hex(text.as_bytes());
     let manifest = serde_json::json!({ "pages": entries, "text": { "sha256": sha } });
     (text, manifest.to_string())
 }
