@@ -5,6 +5,7 @@
 
 use crate::{DataError, Result};
 use md5::Md5;
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 #[cfg(feature = "download")]
@@ -18,6 +19,9 @@ use std::time::Duration;
 pub enum Checksum {
     Md5(String),
     Sha256(String),
+    /// Git's object id of a file of `size` bytes: the sha1 of `blob <size>\0` and the contents
+    /// (what the Hugging Face hub publishes for files it keeps in git rather than LFS).
+    GitBlob { sha1: String, size: u64 },
 }
 
 impl Checksum {
@@ -26,12 +30,13 @@ impl Checksum {
         match self {
             Checksum::Md5(_) => "md5",
             Checksum::Sha256(_) => "sha256",
+            Checksum::GitBlob { .. } => "git blob sha1",
         }
     }
 
     fn expected(&self) -> &str {
         match self {
-            Checksum::Md5(h) | Checksum::Sha256(h) => h,
+            Checksum::Md5(h) | Checksum::Sha256(h) | Checksum::GitBlob { sha1: h, .. } => h,
         }
     }
 
@@ -39,6 +44,11 @@ impl Checksum {
         match self {
             Checksum::Md5(_) => Hasher::Md5(Md5::new()),
             Checksum::Sha256(_) => Hasher::Sha256(Sha256::new()),
+            Checksum::GitBlob { size, .. } => {
+                let mut h = Sha1::new();
+                h.update(format!("blob {size}\0").as_bytes());
+                Hasher::Sha1(h)
+            }
         }
     }
 }
@@ -46,6 +56,7 @@ impl Checksum {
 enum Hasher {
     Md5(Md5),
     Sha256(Sha256),
+    Sha1(Sha1),
 }
 
 impl Hasher {
@@ -53,6 +64,7 @@ impl Hasher {
         match self {
             Hasher::Md5(h) => h.update(bytes),
             Hasher::Sha256(h) => h.update(bytes),
+            Hasher::Sha1(h) => h.update(bytes),
         }
     }
 
@@ -60,6 +72,7 @@ impl Hasher {
         let digest: Vec<u8> = match self {
             Hasher::Md5(h) => h.finalize().to_vec(),
             Hasher::Sha256(h) => h.finalize().to_vec(),
+            Hasher::Sha1(h) => h.finalize().to_vec(),
         };
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }

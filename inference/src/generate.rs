@@ -84,11 +84,70 @@ pub fn generate<B: Backend>(
     generate_with(model, prompt, opts, rng, |_| true)
 }
 
+/// A model that reads tokens after the ones it holds and gives the next token's logits: the
+/// Burn [`Gpt`] with its KV cache ([`BurnDecoder`]), or the engine's CPU decoder.
+pub trait Decoder {
+    /// Longest sequence the model reads.
+    fn context(&self) -> usize;
+    /// Positions held.
+    fn held(&self) -> usize;
+    /// Forgets every position held.
+    fn clear(&mut self);
+    /// Reads `ids` after the positions held (`held() + ids.len() ≤ context()`) and returns the
+    /// logits for the token after the last of them `[V]`.
+    fn feed(&mut self, ids: &[u32]) -> Vec<f32>;
+}
+
+/// A [`Gpt`] and its KV cache.
+pub struct BurnDecoder<'a, B: Backend> {
+    pub model: &'a Gpt<B>,
+    cache: GptCache<B>,
+}
+
+impl<'a, B: Backend> BurnDecoder<'a, B> {
+    pub fn new(model: &'a Gpt<B>) -> Self {
+        Self {
+            model,
+            cache: Vec::new(),
+        }
+    }
+}
+
+impl<B: Backend> Decoder for BurnDecoder<'_, B> {
+    fn context(&self) -> usize {
+        self.model.context()
+    }
+    fn held(&self) -> usize {
+        self.cache.first().map_or(0, |c| c.len())
+    }
+    fn clear(&mut self) {
+        self.cache.clear();
+    }
+    fn feed(&mut self, tokens: &[u32]) -> Vec<f32> {
+        let device = self.model.wte.weight.device();
+        last_row(
+            self.model
+                .forward_cached(ids(tokens, &device), &mut self.cache),
+        )
+    }
+}
+
 /// [`generate`], handing each token to `on_token` as soon as it is drawn; generation stops early
 /// when `on_token` returns false (an end-of-turn token, a reader who has seen enough). Returns the
 /// tokens drawn, the one that stopped it included.
 pub fn generate_with<B: Backend>(
     model: &Gpt<B>,
+    prompt: &[u32],
+    opts: &SampleOptions,
+    rng: &mut Rng,
+    on_token: impl FnMut(u32) -> bool,
+) -> Vec<u32> {
+    stream(&mut BurnDecoder::new(model), prompt, opts, rng, on_token)
+}
+
+/// [`generate_with`] for any [`Decoder`] (which it starts afresh).
+pub fn stream<D: Decoder>(
+    decoder: &mut D,
     prompt: &[u32],
     opts: &SampleOptions,
     rng: &mut Rng,
@@ -98,12 +157,11 @@ pub fn generate_with<B: Backend>(
         !prompt.is_empty(),
         "generation needs at least one prompt token"
     );
-    let context = model.context();
-    let device = model.wte.weight.device();
+    let context = decoder.context();
     let mut tokens = prompt.to_vec();
     let window = |t: &[u32]| t[t.len().saturating_sub(context)..].to_vec();
-    let mut cache: GptCache<B> = Vec::new();
-    let mut logits = last_row(model.forward_cached(ids(&window(&tokens), &device), &mut cache));
+    decoder.clear();
+    let mut logits = decoder.feed(&window(&tokens));
     let mut out = Vec::with_capacity(opts.length);
     for _ in 0..opts.length {
         let next = sample(&logits, opts, rng);
@@ -112,12 +170,11 @@ pub fn generate_with<B: Backend>(
         if !on_token(next) || out.len() == opts.length {
             break;
         }
-        let held = cache.first().map_or(0, |c| c.len());
-        logits = if held < context {
-            last_row(model.forward_cached(ids(&[next], &device), &mut cache))
+        logits = if decoder.held() < context {
+            decoder.feed(&[next])
         } else {
-            cache.clear();
-            last_row(model.forward_cached(ids(&window(&tokens), &device), &mut cache))
+            decoder.clear();
+            decoder.feed(&window(&tokens))
         };
     }
     out

@@ -7,6 +7,7 @@ pub mod ask;
 pub mod chart;
 pub mod chat;
 pub mod drawing;
+pub mod engine;
 pub mod flow;
 pub mod generate;
 pub mod render;

@@ -7,6 +7,7 @@
 pub mod ada_norm;
 pub mod attention;
 pub mod block;
+pub mod decode;
 pub mod diffusers;
 pub mod dit;
 pub mod dit_attention;
