@@ -1,9 +1,15 @@
-//! The engine's front end. For now two commands: `search`, the passages of a crawled corpus that
-//! bear on a question, each with its page, its section, and every question word's part of its
-//! score; and `ask`, those passages read by an instruction-tuned model (Qwen2 family, in
-//! transformers' layout) that streams its answer.
+//! The engine's front end: models trained and run by name, OpenAI's GPT-2 and other hub models,
+//! int8 weights, a terminal UI; and retrieval (`search`, `ask`).
 //!
 //! ```text
+//! cargo run --release --example engine -- train --data notes.txt --name notes
+//! cargo run --release --example engine -- train --from notes --data more.txt
+//! cargo run --release --example engine -- run --model notes --prompt "The " --quant q8
+//! cargo run --release --example engine -- run --model openai-community/gpt2 --download --prompt "Hello"
+//! cargo run --release --example engine -- ls
+//! cargo run --release --example engine -- use notes
+//! cargo run --release --example engine -- rm notes --yes
+//! cargo run --release --example engine -- tui
 //! cargo run --release --example engine -- search "pushing onto a vector"
 //! cargo run --release --example engine -- search --corpus docs.txt --passages 3 "what is a trait object"
 //! cargo run --release --example engine -- search        # questions from standard input, one a line
@@ -17,6 +23,8 @@
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use nervus_inference::ask::Reader;
+use nervus_inference::engine::store::{Found, Store};
+use nervus_inference::engine::{self, Quant, RunOptions};
 use nervus_inference::generate::SampleOptions;
 use nervus_inference::retrieve::{self, Bm25, Retriever, SearchOptions};
 use nervus_training::backend;
@@ -32,10 +40,78 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Train a character GPT under a name (the gpt example's training, into the model home).
+    Train(TrainArgs),
+    /// Continue a prompt with a model: a directory, a name trained here, or a hub repo id.
+    Run(RunArgs),
+    /// The models trained here, then the downloaded ones.
+    Ls,
+    /// Remove a model (a trained one only with --yes: it cannot be downloaded again).
+    Rm {
+        name: String,
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Make a model the default for run and tui.
+    Use { name: String },
+    /// A terminal UI: pick a model, write a prompt, watch the continuation.
+    Tui {
+        /// The model to open with (default: the one `use` chose).
+        model: Option<String>,
+        #[arg(long, default_value = "f32")]
+        quant: Quant,
+    },
     /// Print the passages that best answer a question, and why they ranked.
     Search(SearchArgs),
     /// Answer a question from the passages search finds, with an instruction-tuned model.
     Ask(AskArgs),
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// The UTF-8 text to train on.
+    #[arg(long)]
+    data: std::path::PathBuf,
+    /// The new model's name (letters, digits, '-', '_', '.').
+    #[arg(long, required_unless_present = "from")]
+    name: Option<String>,
+    /// Continue this trained model (its score on the new text is the bar a checkpoint must beat).
+    #[arg(long)]
+    from: Option<String>,
+    /// small, medium or large (see the gpt example).
+    #[arg(long, default_value = "small")]
+    size: String,
+    #[command(flatten)]
+    run: nervus_training::options::RunArgs,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// A directory, a name trained here, or OWNER/REPO (default: the one `use` chose).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    prompt: String,
+    /// Always the most likely token.
+    #[arg(long)]
+    greedy: bool,
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
+    /// f32, or q8 (int8 weights, a scale per row; cached beside the model).
+    #[arg(long, default_value = "f32")]
+    quant: Quant,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    /// Fetch a hub model that is not here yet.
+    #[arg(long)]
+    download: bool,
+    /// Stop at the model's end-of-text token.
+    #[arg(long)]
+    stop_at_eos: bool,
 }
 
 #[derive(clap::Args)]
@@ -98,10 +174,110 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
+    let store = Store::from_env();
     match Cli::parse().command {
         Command::Search(args) => search(args),
         Command::Ask(args) => ask(args),
+        Command::Train(args) => train(args, &store),
+        Command::Run(args) => run_model(args, &store),
+        Command::Ls => {
+            print!("{}", store.listing());
+            Ok(())
+        }
+        Command::Rm { name, yes } => {
+            match store.remove(&name, yes)? {
+                Found::Hub { repo, .. } => println!("removed {repo} (--download fetches it again)"),
+                found => println!("removed {}", found.dir().display()),
+            }
+            Ok(())
+        }
+        Command::Use { name } => {
+            let found = store.set_default(&name)?;
+            println!("default model: {name} ({})", found.dir().display());
+            Ok(())
+        }
+        Command::Tui { model, quant } => {
+            nervus_inference::tui::run::<backend::Infer>(&store, model.as_deref(), quant)
+        }
     }
+}
+
+fn train(args: TrainArgs, store: &Store) -> Result<()> {
+    let name = args.name.as_deref().or(args.from.as_deref()).unwrap_or_default();
+    let mut flags = args.run.clone();
+    flags.save = Some(store.trained(name)?);
+    flags.load = args.from.as_deref().map(|f| store.trained(f)).transpose()?;
+    let mut run = flags.options(store.root.join("runs").join(name))?;
+    run.save = flags.save.clone();
+    let ui = nervus_training::report::Ui::plain_or_auto(flags.plain);
+    let report = nervus_training::report::Reporter::new(ui, Some(run.run_dir.join("log.txt")));
+    let spec = nervus_training::gpt::GptRun {
+        run,
+        size: args.size,
+        layers: None,
+        heads: None,
+        d_model: None,
+        context: None,
+        eval_windows: None,
+        sample: SampleOptions {
+            length: 200,
+            temperature: 0.8,
+            top_k: None,
+        },
+        prompt: String::new(),
+        download: None,
+        data: Some(args.data),
+    };
+    nervus_training::chosen::gpt(&spec, &report)?.print_writes("");
+    println!("model {name}: {}", store.trained(name)?.display());
+    Ok(())
+}
+
+fn run_model(args: RunArgs, store: &Store) -> Result<()> {
+    if args.max_tokens == 0 {
+        bail!("--max-tokens 0: ask for at least one token");
+    }
+    if !(args.temperature.is_finite() && args.temperature > 0.0) && !args.greedy {
+        bail!("--temperature {}: a number above 0 (or --greedy)", args.temperature);
+    }
+    if args.top_k == Some(0) {
+        bail!("--top-k 0: keep at least one token");
+    }
+    let started = std::time::Instant::now();
+    let (_, engine) = engine::open::<backend::Infer>(
+        store,
+        args.model.as_deref(),
+        args.download,
+        args.quant,
+        &backend::device(),
+        &mut |file, done, total| {
+            if total.is_some_and(|t| t == done) {
+                eprintln!("fetched {file} ({:.1} MB)", done as f64 / 1e6);
+            }
+        },
+    )?;
+    eprintln!("{} (loaded in {:.1} s)", engine.summary, started.elapsed().as_secs_f64());
+    let opts = RunOptions {
+        sample: SampleOptions {
+            length: args.max_tokens,
+            temperature: if args.greedy { 0.0 } else { args.temperature },
+            top_k: args.top_k,
+        },
+        seed: args.seed,
+        stop_at_eos: args.stop_at_eos,
+    };
+    // The prompt is echoed once the engine has accepted it (a refused prompt prints nothing).
+    let mut echoed = false;
+    let report = engine.run(&args.prompt, &opts, |text| {
+        if !std::mem::replace(&mut echoed, true) {
+            print!("{}", args.prompt);
+        }
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    })?;
+    println!("{}", if echoed { "" } else { &args.prompt });
+    eprintln!("{}", report.timing());
+    Ok(())
 }
 
 /// The search settings the flags give, for a reader of `context` tokens.

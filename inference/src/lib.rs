@@ -12,4 +12,5 @@ pub mod flow;
 pub mod generate;
 pub mod render;
 pub mod retrieve;
+pub mod tui;
 pub mod video;

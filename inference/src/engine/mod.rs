@@ -239,6 +239,33 @@ impl Decoder for CpuDecoder<'_> {
     }
 }
 
+/// Resolves `spec` (a directory, a name trained here, a hub repo id; `None`: the default model),
+/// fetching a hub repo first when `download` is set and it is not here, and loads it; the CPU
+/// decoder runs where the fused CPU kernels do ([`nervus_models::fused::serves`]).
+pub fn open<B: Backend>(
+    store: &store::Store,
+    spec: Option<&str>,
+    download: bool,
+    quant: Quant,
+    device: &B::Device,
+    progress: &mut dyn FnMut(&str, u64, Option<u64>),
+) -> Result<(store::Found, Engine<B>), EngineError> {
+    let found = match store.resolve(spec) {
+        Err(store::StoreError::NotDownloaded { repo, .. }) if download => {
+            let dir = hub::download(store, &repo, progress)?;
+            store::Found::Hub { repo, dir }
+        }
+        other => other?,
+    };
+    let engine = Engine::load(
+        found.dir(),
+        quant,
+        nervus_models::fused::serves::<B>(),
+        device,
+    )?;
+    Ok((found, engine))
+}
+
 impl<B: Backend> Engine<B> {
     /// Loads a model directory. `cpu_kernels`: whether the backend is one the CPU decoder serves
     /// (the CPU backends); elsewhere the model runs through Burn.

@@ -263,6 +263,40 @@ impl Store {
     }
 }
 
+impl Store {
+    /// What `ls` prints: trained models, then downloaded ones, the default marked `*`.
+    pub fn listing(&self) -> String {
+        let mut out = format!("models in {}\n", self.root.display());
+        let section = |out: &mut String, title: &str, models: Vec<Listed>, none: &str| {
+            out.push_str(&format!("\n{title}\n"));
+            if models.is_empty() {
+                out.push_str(&format!("  (none: {none})\n"));
+            }
+            for m in models {
+                out.push_str(&format!(
+                    "{} {:<32} {:>9.1} MB\n",
+                    if m.default { "*" } else { " " },
+                    m.name,
+                    m.bytes as f64 / 1e6
+                ));
+            }
+        };
+        section(
+            &mut out,
+            "trained here (cannot be downloaded again)",
+            self.list_trained(),
+            "engine train --data FILE --name NAME",
+        );
+        section(
+            &mut out,
+            "downloaded",
+            self.list_downloaded(),
+            "engine run --model OWNER/REPO --download",
+        );
+        out
+    }
+}
+
 /// A model name's rule (see [`StoreError::BadName`]).
 pub fn check_name(name: &str) -> Result<(), StoreError> {
     let ok = !name.is_empty()
