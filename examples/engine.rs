@@ -203,7 +203,11 @@ fn run() -> Result<()> {
 }
 
 fn train(args: TrainArgs, store: &Store) -> Result<()> {
-    let name = args.name.as_deref().or(args.from.as_deref()).unwrap_or_default();
+    let name = args
+        .name
+        .as_deref()
+        .or(args.from.as_deref())
+        .unwrap_or_default();
     let mut flags = args.run.clone();
     flags.save = Some(store.trained(name)?);
     flags.load = args.from.as_deref().map(|f| store.trained(f)).transpose()?;
@@ -238,7 +242,10 @@ fn run_model(args: RunArgs, store: &Store) -> Result<()> {
         bail!("--max-tokens 0: ask for at least one token");
     }
     if !(args.temperature.is_finite() && args.temperature > 0.0) && !args.greedy {
-        bail!("--temperature {}: a number above 0 (or --greedy)", args.temperature);
+        bail!(
+            "--temperature {}: a number above 0 (or --greedy)",
+            args.temperature
+        );
     }
     if args.top_k == Some(0) {
         bail!("--top-k 0: keep at least one token");
@@ -256,7 +263,12 @@ fn run_model(args: RunArgs, store: &Store) -> Result<()> {
             }
         },
     )?;
-    eprintln!("{} (loaded in {:.1} s)", engine.summary, started.elapsed().as_secs_f64());
+    engine.prompt_ids(&args.prompt)?;
+    eprintln!(
+        "{} (loaded in {:.1} s)",
+        engine.summary,
+        started.elapsed().as_secs_f64()
+    );
     let opts = RunOptions {
         sample: SampleOptions {
             length: args.max_tokens,

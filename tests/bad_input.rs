@@ -49,6 +49,8 @@ fn run(dir: &Path, name: &str, args: &[&str]) -> Outcome {
         .current_dir(dir)
         // Nothing from the user's cache, and Burn's TUI never (output is piped anyway).
         .env("NERVUS_DATA", dir.join("cache"))
+        // The engine's model home: the trained model `good` and nothing else.
+        .env("NERVUS_HOME", dir.join("home"))
         .env_remove("RUST_BACKTRACE")
         .output()
         .unwrap_or_else(|e| panic!("starting {name}: {e}"));
@@ -176,6 +178,7 @@ fn setup(dir: &Path) {
     assert_eq!(o.code, 0, "the good model's run: {}{}", o.stdout, o.stderr);
 
     let good = dir.join("good/model");
+    copy_dir(&good, &dir.join("home/models/good"));
     let damaged = |name: &str, change: &dyn Fn(&Path)| {
         let d = dir.join("damaged").join(name);
         copy_dir(&good, &d);
@@ -819,6 +822,90 @@ fn rows() -> Vec<Row> {
             1,
             "model.embed_tokens.weight",
         ),
+        row(
+            "engine run: a name that is no model",
+            "engine",
+            &["run", "--model", "nosuch", "--prompt", "a"],
+            1,
+            "no model \"nosuch\": not a directory, not trained here",
+        ),
+        row(
+            "engine run: a corrupt checkpoint",
+            "engine",
+            &["run", "--model", "damaged/random", "--prompt", "a"],
+            1,
+            "damaged/random/model.safetensors",
+        ),
+        row(
+            "engine run: a config that is not JSON",
+            "engine",
+            &["run", "--model", "damaged/not-json", "--prompt", "a"],
+            1,
+            "damaged/not-json/config.json",
+        ),
+        row(
+            "engine run: the tokenizer missing",
+            "engine",
+            &["run", "--model", "damaged/no-tokenizer", "--prompt", "a"],
+            1,
+            "damaged/no-tokenizer/tokenizer.json",
+        ),
+        row(
+            "engine run: a prompt longer than the context",
+            "engine",
+            &["run", "--model", "good", "--prompt", "abcabcabcabc"],
+            1,
+            "the prompt is 12 tokens but the model reads at most 8",
+        ),
+        row(
+            "engine run: a prompt character outside the vocabulary",
+            "engine",
+            &["run", "--model", "good", "--prompt", "Zebra"],
+            1,
+            "character 'Z' (U+005A) at line 1, column 1",
+        ),
+        row(
+            "engine run: a hub model not downloaded, offline",
+            "engine",
+            &["run", "--model", "openai-community/gpt2", "--prompt", "a"],
+            1,
+            "hub model openai-community/gpt2 is not here",
+        ),
+        row(
+            "engine train: a name with ..",
+            "engine",
+            &[
+                "train", "--data", "tiny.txt", "--name", "..", "--steps", "1",
+            ],
+            1,
+            "model name \"..\"",
+        ),
+        row(
+            "engine train: a name with /",
+            "engine",
+            &[
+                "train", "--data", "tiny.txt", "--name", "a/b", "--steps", "1",
+            ],
+            1,
+            "model name \"a/b\"",
+        ),
+        row(
+            "engine rm: a name that does not exist",
+            "engine",
+            &["rm", "nosuch"],
+            1,
+            "no model \"nosuch\"",
+        ),
+        Row {
+            keeps: vec!["home/models/good/model.safetensors"],
+            ..row(
+                "engine rm: a trained model without --yes",
+                "engine",
+                &["rm", "good"],
+                1,
+                "good is a model trained here and cannot be downloaded again",
+            )
+        },
         row(
             "ask: --max-tokens 0",
             "engine",

@@ -21,7 +21,10 @@ pub enum Checksum {
     Sha256(String),
     /// Git's object id of a file of `size` bytes: the sha1 of `blob <size>\0` and the contents
     /// (what the Hugging Face hub publishes for files it keeps in git rather than LFS).
-    GitBlob { sha1: String, size: u64 },
+    GitBlob {
+        sha1: String,
+        size: u64,
+    },
 }
 
 impl Checksum {

@@ -128,7 +128,14 @@ impl<B: Backend> App<B> {
             return;
         };
         self.engine = None;
-        match engine::open::<B>(store, Some(&name), false, self.quant, device, &mut |_, _, _| {}) {
+        match engine::open::<B>(
+            store,
+            Some(&name),
+            false,
+            self.quant,
+            device,
+            &mut |_, _, _| {},
+        ) {
             Ok((_, e)) => {
                 self.status = e.summary.clone();
                 self.engine = Some((name, e));
@@ -189,7 +196,11 @@ impl<B: Backend> App<B> {
             self.models
                 .iter()
                 .map(|m| {
-                    let mark = if Some(m.as_str()) == loaded { "● " } else { "  " };
+                    let mark = if Some(m.as_str()) == loaded {
+                        "● "
+                    } else {
+                        "  "
+                    };
                     ListItem::new(format!("{mark}{m}"))
                 })
                 .collect()

@@ -12,7 +12,9 @@ pub struct BenchArgs {
     /// second per backend), `video` (training steps a second, factorised against full attention),
     /// `allocator` (each model's training rate with the system's allocator and with mimalloc, each
     /// measurement a fresh process), `pytorch` (GPT small, GPT large and the digits DiT against
-    /// PyTorch eager on the same shapes and threads, alternating).
+    /// PyTorch eager on the same shapes and threads, alternating), `generate` (the engine's
+    /// generation on a 124M GPT-2 against transformers' `generate`, f32 and int8), `q8` (a
+    /// model's perplexity on held-out text with f32 and with int8 weights).
     what: String,
     /// Interleaved rounds; medians are reported.
     #[arg(long, default_value_t = 5)]
@@ -30,6 +32,12 @@ pub struct BenchArgs {
     /// The Python that has torch and diffusers (`pytorch`); `none` measures this project alone.
     #[arg(long, default_value = "python3")]
     python: String,
+    /// The model directory (`q8`).
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
+    /// The text whose last tenth is held out (`q8`).
+    #[arg(long)]
+    text: Option<std::path::PathBuf>,
     /// Only these workloads (`pytorch`): gpt-small, gpt-large, dit.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -45,6 +53,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "dit" => dit(args.rounds, args.steps, &args.parts),
         "video" => video(args.rounds, args.steps, args.batch, &args.parts),
         "allocator" => allocator(args.rounds),
+        "generate" => crate::bench_generate::run(args.rounds, &args.python).map(|_| ()),
+        "q8" => match (&args.model, &args.text) {
+            (Some(m), Some(t)) => crate::bench_generate::q8_quality(m, t).map(|_| ()),
+            _ => bail!("bench q8 needs --model DIR and --text FILE"),
+        },
         "pytorch" => crate::bench_pytorch::run(
             args.rounds,
             args.steps,

@@ -5,6 +5,7 @@
 //! re-runs this binary through cargo with that feature turned on.
 
 mod bench;
+mod bench_generate;
 mod bench_pytorch;
 mod cargo;
 mod kill_test;

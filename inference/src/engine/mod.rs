@@ -204,7 +204,11 @@ impl RunReport {
     pub fn tokens_per_sec(&self) -> f64 {
         let n = self.tokens.len().saturating_sub(1);
         let t = self.total.saturating_sub(self.first_token).as_secs_f64();
-        if n == 0 || t <= 0.0 { 0.0 } else { n as f64 / t }
+        if n == 0 || t <= 0.0 {
+            0.0
+        } else {
+            n as f64 / t
+        }
     }
 
     /// "128 tokens; first after 65 ms; 97.1 tokens/s".
@@ -368,14 +372,9 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Continues `prompt`, handing the text to `on_text` as whole characters arrive.
-    pub fn run(
-        &self,
-        prompt: &str,
-        opts: &RunOptions,
-        mut on_text: impl FnMut(&str),
-    ) -> Result<RunReport, EngineError> {
-        let start = Instant::now();
+    /// The prompt's ids, refused when empty, when a character is outside a character model's
+    /// vocabulary, or when it leaves no room in the context for a token.
+    pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>, EngineError> {
         let ids = self.codec.encode(prompt)?;
         if ids.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -386,6 +385,18 @@ impl<B: Backend> Engine<B> {
                 context: self.context(),
             });
         }
+        Ok(ids)
+    }
+
+    /// Continues `prompt`, handing the text to `on_text` as whole characters arrive.
+    pub fn run(
+        &self,
+        prompt: &str,
+        opts: &RunOptions,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<RunReport, EngineError> {
+        let start = Instant::now();
+        let ids = self.prompt_ids(prompt)?;
         let mut rng = Rng::new(opts.seed);
         let mut first_token = None;
         let mut generated: Vec<u32> = Vec::new();

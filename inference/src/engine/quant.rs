@@ -124,11 +124,7 @@ pub fn read(cache: &Path, source: &Source) -> Option<HashMap<String, Q8Matrix>> 
 }
 
 /// Writes the cache atomically (a temporary file, then a rename).
-pub fn write(
-    cache: &Path,
-    source: &Source,
-    q8: &HashMap<String, Q8Matrix>,
-) -> Result<(), String> {
+pub fn write(cache: &Path, source: &Source, q8: &HashMap<String, Q8Matrix>) -> Result<(), String> {
     let mut names: Vec<&String> = q8.keys().collect();
     names.sort();
     let scale_bytes: HashMap<&String, Vec<u8>> = names
@@ -139,7 +135,10 @@ pub fn write(
     for n in &names {
         let m = &q8[*n];
         if m.group != m.cols {
-            return Err(format!("`{n}` has a scale per {} inputs, not per row", m.group));
+            return Err(format!(
+                "`{n}` has a scale per {} inputs, not per row",
+                m.group
+            ));
         }
         let q: &[u8] = bytemuck::cast_slice(&m.q);
         views.push((
@@ -152,7 +151,8 @@ pub fn write(
                 .map_err(|e| e.to_string())?,
         ));
     }
-    let bytes = safetensors::serialize(views, Some(source.metadata())).map_err(|e| e.to_string())?;
+    let bytes =
+        safetensors::serialize(views, Some(source.metadata())).map_err(|e| e.to_string())?;
     nervus_datasets::text::write_atomic(cache, &bytes).map_err(|e| e.to_string())
 }
 

@@ -6,7 +6,8 @@
 //! - `default`: the model `engine use` chose.
 //!
 //! A model is named in three ways, tried in this order (transformers' rule: a directory wins):
-//! an existing directory, a model trained here, a hub repo id. A repo id always has a slash and a
+//! an existing directory (one without a `config.json` gives way to a model trained here under
+//! the same name), a model trained here, a hub repo id. A repo id always has a slash and a
 //! name never does, so the last two cannot be confused.
 
 use std::path::{Path, PathBuf};
@@ -117,7 +118,8 @@ impl Store {
         let (owner, name) = repo
             .split_once('/')
             .ok_or_else(|| StoreError::BadName(repo.into()))?;
-        check_name(owner).and_then(|_| check_name(name))
+        check_name(owner)
+            .and_then(|_| check_name(name))
             .map_err(|_| StoreError::BadName(repo.into()))?;
         Ok(self.root.join("hub").join(owner).join(name))
     }
@@ -129,7 +131,12 @@ impl Store {
             None => self.default_model()?.ok_or(StoreError::NoDefault)?,
         };
         let path = Path::new(&spec);
-        if path.is_dir() {
+        // A directory that holds a model wins; one that does not gives way to a trained model
+        // of that name, if there is one (and is otherwise the model asked for, whose missing
+        // config.json the loader then names).
+        let trained_here =
+            check_name(&spec).is_ok() && self.root.join("models").join(&spec).is_dir();
+        if path.is_dir() && (path.join("config.json").is_file() || !trained_here) {
             return Ok(Found::Directory(path.to_path_buf()));
         }
         if spec.contains('/') && !spec.starts_with('/') && !spec.starts_with('.') {
@@ -183,12 +190,12 @@ impl Store {
             source: e,
         };
         std::fs::create_dir_all(&self.root).map_err(io)?;
-        nervus_datasets::text::write_atomic(&self.default_file(), keep.as_bytes()).map_err(|e| {
-            StoreError::Io {
+        nervus_datasets::text::write_atomic(&self.default_file(), keep.as_bytes()).map_err(
+            |e| StoreError::Io {
                 path: self.default_file(),
                 source: std::io::Error::other(e.to_string()),
-            }
-        })?;
+            },
+        )?;
         Ok(found)
     }
 

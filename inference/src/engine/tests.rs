@@ -93,7 +93,11 @@ fn greedy_text_equals_transformers_byte_for_byte_on_both_paths() {
     for cpu in [true, false] {
         let engine = Engine::<B>::load(&dir, Quant::F32, cpu, &Default::default()).unwrap();
         assert_eq!(matches!(engine.runner, Runner::Cpu(_)), cpu);
-        assert!(engine.summary.starts_with("GPT-2: 2 layers"), "{}", engine.summary);
+        assert!(
+            engine.summary.starts_with("GPT-2: 2 layers"),
+            "{}",
+            engine.summary
+        );
         for case in r["cases"].as_array().unwrap() {
             let mut streamed = String::new();
             let run = engine
@@ -159,14 +163,21 @@ fn the_int8_cache_follows_the_checkpoint_it_was_made_from() {
     assert!(how.contains("read from model.q8.safetensors"), "{how}");
     assert_eq!(first, again);
     // Retrained and saved over itself: the same size to the byte, other weights.
-    let size = std::fs::metadata(dir.join("model.safetensors")).unwrap().len();
+    let size = std::fs::metadata(dir.join("model.safetensors"))
+        .unwrap()
+        .len();
     save_model(&dir, 2);
     assert_eq!(
-        std::fs::metadata(dir.join("model.safetensors")).unwrap().len(),
+        std::fs::metadata(dir.join("model.safetensors"))
+            .unwrap()
+            .len(),
         size
     );
     let (second, how) = q8_tokens(&dir);
-    assert!(how.contains("quantised now"), "a stale cache was used: {how}");
+    assert!(
+        how.contains("quantised now"),
+        "a stale cache was used: {how}"
+    );
     // What a fresh quantisation of the new weights writes, with no cache at all.
     std::fs::remove_file(dir.join(quant::CACHE)).unwrap();
     let (fresh, _) = q8_tokens(&dir);
@@ -218,7 +229,10 @@ fn bad_directories_are_one_line_errors_naming_the_file() {
         .err()
         .unwrap()
         .to_string();
-    assert!(e.contains("50257 tokens but the model only 300 rows"), "{e}");
+    assert!(
+        e.contains("50257 tokens but the model only 300 rows"),
+        "{e}"
+    );
     // A corrupt checkpoint.
     std::fs::write(dir.join("model.safetensors"), b"not a checkpoint").unwrap();
     let e = Engine::<B>::load(&dir, Quant::F32, true, &Default::default())

@@ -60,11 +60,7 @@ impl Q8Matrix {
     fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let q = &self.q[r * self.cols..(r + 1) * self.cols];
         let s = &self.scales[r * self.cols / self.group..(r + 1) * self.cols / self.group];
-        for ((o, q), s) in out
-            .chunks_mut(self.group)
-            .zip(q.chunks(self.group))
-            .zip(s)
-        {
+        for ((o, q), s) in out.chunks_mut(self.group).zip(q.chunks(self.group)).zip(s) {
             for (o, &q) in o.iter_mut().zip(q) {
                 *o = q as f32 * s;
             }

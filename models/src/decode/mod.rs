@@ -170,10 +170,7 @@ impl CpuGpt {
         let ln_f = norm("ln_f")?;
         let h = (0..config.layers)
             .map(|i| -> Result<_, String> {
-                Ok((
-                    norm(&format!("h.{i}.ln_1"))?,
-                    norm(&format!("h.{i}.ln_2"))?,
-                ))
+                Ok((norm(&format!("h.{i}.ln_1"))?, norm(&format!("h.{i}.ln_2"))?))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut linear = |p: &str| -> Result<Linear, String> {
@@ -252,7 +249,9 @@ impl CpuGpt {
             let y = self.attend(&qkv, t, offset, &mut cache.keys[l], &mut cache.values[l]);
             add(&mut x, &block.attn_proj.forward(&y));
             let mut hidden = block.c_fc.forward(&block.ln_2.forward(&x)); // [T, 4C]
-            hidden.par_chunks_mut(1024).for_each(|h| h.iter_mut().for_each(gelu_tanh));
+            hidden
+                .par_chunks_mut(1024)
+                .for_each(|h| h.iter_mut().for_each(gelu_tanh));
             add(&mut x, &block.mlp_proj.forward(&hidden));
         }
         cache.len = offset + t;
@@ -348,7 +347,9 @@ pub fn quantize<B: Backend>(model: &Gpt<B>, group: Option<usize>) -> HashMap<Str
         let Matrix::F32 { data, .. } = Matrix::from_in_out(&t.data, inputs, outputs) else {
             unreachable!("from_in_out makes f32")
         };
-        let group = group.filter(|g| inputs.is_multiple_of(*g)).unwrap_or(inputs);
+        let group = group
+            .filter(|g| inputs.is_multiple_of(*g))
+            .unwrap_or(inputs);
         out.insert(
             t.name.clone(),
             Q8Matrix::quantize(&data, outputs, inputs, group),

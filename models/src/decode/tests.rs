@@ -38,7 +38,10 @@ fn witness(model: &Gpt<B>, ids: &[u32]) -> Vec<Vec<f32>> {
     let v: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
     let x = Tensor::<B, 2, Int>::from_data(TensorData::new(v, [1, ids.len()]), &Default::default());
     let logits: Vec<f32> = model.forward(x).into_data().iter::<f32>().collect();
-    logits.chunks(model.config.vocab).map(|r| r.to_vec()).collect()
+    logits
+        .chunks(model.config.vocab)
+        .map(|r| r.to_vec())
+        .collect()
 }
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
@@ -70,7 +73,12 @@ fn prompt_and_every_step_match_the_burn_model() {
     assert_eq!(cache.len(), 12);
     // A cleared cache starts again.
     cache.clear();
-    assert_close(&cpu.forward(&ids[..2], &mut cache), &want[1], 1e-5, "after clear");
+    assert_close(
+        &cpu.forward(&ids[..2], &mut cache),
+        &want[1],
+        1e-5,
+        "after clear",
+    );
 }
 
 #[test]
@@ -86,7 +94,12 @@ fn int8_weights_compute_what_the_dequantised_burn_model_does() {
         let ids = [7u32, 1, 44, 29, 29, 3];
         let want = witness(&deq, &ids);
         let mut cache = cpu.cache();
-        assert_close(&cpu.forward(&ids[..3], &mut cache), &want[2], 1e-5, "q8 prompt");
+        assert_close(
+            &cpu.forward(&ids[..3], &mut cache),
+            &want[2],
+            1e-5,
+            "q8 prompt",
+        );
         for i in 3..ids.len() {
             let got = cpu.forward(&ids[i..i + 1], &mut cache);
             assert_close(&got, &want[i], 1e-5, &format!("q8 step {i}"));
@@ -109,6 +122,10 @@ fn architectures_it_lacks_are_refused_by_name() {
         "the CPU decoder has no rotary positions"
     );
     let gqa = config().with_kv_heads(Some(2));
-    assert!(CpuGpt::supports(&gqa).unwrap_err().contains("grouped-query"));
+    assert!(
+        CpuGpt::supports(&gqa)
+            .unwrap_err()
+            .contains("grouped-query")
+    );
     assert!(CpuGpt::supports(&config()).is_ok());
 }
