@@ -378,3 +378,24 @@ fn fetch_one(
     }
     result.map_err(FetchError::Failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_git_blob_id_is_gits_own() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        let path = std::env::temp_dir().join(format!("nervus-blob-{}", std::process::id()));
+        std::fs::write(&path, b"hello\n").unwrap();
+        let sum = Checksum::GitBlob {
+            sha1: String::new(),
+            size: 6,
+        };
+        assert_eq!(
+            file_digest(&path, &sum).unwrap(),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
+        let _ = std::fs::remove_file(path);
+    }
+}

@@ -78,8 +78,18 @@ pub fn download(
     repo: &str,
     progress: &mut dyn FnMut(&str, u64, Option<u64>),
 ) -> Result<PathBuf, HubError> {
+    download_from(&endpoint(), store, repo, progress)
+}
+
+/// [`download`] from the hub at `endpoint` (a mirror, or a test's loopback server).
+pub fn download_from(
+    endpoint: &str,
+    store: &Store,
+    repo: &str,
+    progress: &mut dyn FnMut(&str, u64, Option<u64>),
+) -> Result<PathBuf, HubError> {
     let dir = store.hub(repo)?;
-    let endpoint = endpoint();
+    let endpoint = endpoint.trim_end_matches('/').to_string();
     let client = download::client()?;
     let list_url = format!("{endpoint}/api/models/{repo}/tree/main");
     let offline = |detail: String| HubError::Offline {
@@ -162,4 +172,168 @@ pub fn download(
     }
     std::fs::rename(&staging, &dir).map_err(io)?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::path::Path;
+
+    /// A loopback stand-in for the hub: the file list and the files, as `serve` says.
+    fn hub(serve: impl Fn(&str) -> Option<Vec<u8>> + Send + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&req);
+                let path = line.split(' ').nth(1).unwrap_or("").to_string();
+                let (status, body) = match serve(&path) {
+                    Some(b) => ("200 OK", b),
+                    None => ("404 Not Found", b"not found".to_vec()),
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(&body);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    fn repo_file(name: &str) -> std::path::PathBuf {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        match name {
+            "vocab.json" | "merges.txt" => root.join("datasets/data/gpt2-tokenizer").join(name),
+            _ => root.join("models/tests/fixtures/gpt2-bpe").join(name),
+        }
+    }
+
+    /// The hub's file list for the fixture: the weights in LFS (sha256), the rest in git.
+    fn listing() -> Vec<u8> {
+        let entries: Vec<serde_json::Value> = [
+            "config.json",
+            "model.safetensors",
+            "vocab.json",
+            "merges.txt",
+            "README.md",
+        ]
+        .iter()
+        .map(|name| {
+            let path = repo_file(name);
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let digest = |c: &Checksum| download::file_digest(&path, c).unwrap_or_default();
+            let git = digest(&Checksum::GitBlob {
+                sha1: String::new(),
+                size,
+            });
+            if *name == "model.safetensors" {
+                let sha = digest(&Checksum::Sha256(String::new()));
+                serde_json::json!({"type": "file", "path": name, "size": 135, "oid": "0",
+                        "lfs": {"oid": sha, "size": size}})
+            } else {
+                serde_json::json!({"type": "file", "path": name, "size": size, "oid": git})
+            }
+        })
+        .collect();
+        serde_json::to_vec(&entries).unwrap()
+    }
+
+    fn scratch(name: &str) -> Store {
+        let d = std::env::temp_dir().join(format!("nervus-hub-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        Store::new(d)
+    }
+
+    #[test]
+    fn a_repo_is_fetched_verified_and_runs() {
+        let endpoint = hub(|path| match path {
+            "/api/models/openai-community/tiny/tree/main" => Some(listing()),
+            p => {
+                let name = p.strip_prefix("/openai-community/tiny/resolve/main/")?;
+                std::fs::read(repo_file(name)).ok()
+            }
+        });
+        let store = scratch("ok");
+        let mut files = Vec::new();
+        let dir = download_from(
+            &endpoint,
+            &store,
+            "openai-community/tiny",
+            &mut |f, _, _| {
+                if !files.contains(&f.to_string()) {
+                    files.push(f.to_string())
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(dir, store.root.join("hub/openai-community/tiny"));
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                "config.json",
+                "merges.txt",
+                "model.safetensors",
+                "vocab.json"
+            ]
+        );
+        // Now a name like any other.
+        let found = store.resolve(Some("openai-community/tiny")).unwrap();
+        assert_eq!(found.dir(), dir);
+        assert_eq!(store.list_downloaded()[0].name, "openai-community/tiny");
+        let engine = crate::engine::Engine::<burn_ndarray::NdArray<f32>>::load(
+            &dir,
+            crate::engine::Quant::F32,
+            true,
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(engine.codec.encode("Hello world").unwrap(), [15496, 995]);
+    }
+
+    #[test]
+    fn a_file_that_fails_its_checksum_leaves_no_model_behind() {
+        let endpoint = hub(|path| match path {
+            "/api/models/o/r/tree/main" => Some(listing()),
+            "/o/r/resolve/main/config.json" => Some(b"{\"tampered\": true}".to_vec()),
+            p => std::fs::read(repo_file(p.strip_prefix("/o/r/resolve/main/")?)).ok(),
+        });
+        let store = scratch("bad");
+        let e = download_from(&endpoint, &store, "o/r", &mut |_, _, _| {}).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("config.json"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(!store.root.join("hub/o/r").exists());
+        assert!(matches!(
+            store.resolve(Some("o/r")),
+            Err(crate::engine::store::StoreError::NotDownloaded { .. })
+        ));
+    }
+
+    #[test]
+    fn offline_is_one_line_naming_where_the_files_go() {
+        let store = scratch("offline");
+        let e = download_from("http://127.0.0.1:1", &store, "o/r", &mut |_, _, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot reach http://127.0.0.1:1"), "{e}");
+        assert!(e.contains("hub/o/r by hand"), "{e}");
+        // A repo id that is not OWNER/REPO, or hides a '..', is refused before any request.
+        for bad in ["o/r/x", "../r", "o/.."] {
+            assert!(download_from("http://127.0.0.1:1", &store, bad, &mut |_, _, _| {}).is_err());
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! optim_parity`.
 
 mod backend_check;
+mod engine_journey;
 mod gpt_training;
 mod lm_training;
 mod optim_parity;
