@@ -211,7 +211,16 @@ fn train(args: TrainArgs, store: &Store) -> Result<()> {
     let mut flags = args.run.clone();
     flags.save = Some(store.trained(name)?);
     flags.load = args.from.as_deref().map(|f| store.trained(f)).transpose()?;
-    let mut run = flags.options(store.root.join("runs").join(name))?;
+    // Burn's working directory. A new run (not --resume) moves the last one's checkpoints aside,
+    // one generation kept, rather than refuse to bury them: `train --from` follows a finished run.
+    let run_dir = store.root.join("runs").join(name);
+    if !flags.resume && run_dir.exists() {
+        let previous = store.root.join("runs").join(format!("{name}.previous"));
+        let _ = std::fs::remove_dir_all(&previous);
+        std::fs::rename(&run_dir, &previous)?;
+        eprintln!("the last run's checkpoints: {}", previous.display());
+    }
+    let mut run = flags.options(run_dir)?;
     run.save = flags.save.clone();
     let ui = nervus_training::report::Ui::plain_or_auto(flags.plain);
     let report = nervus_training::report::Reporter::new(ui, Some(run.run_dir.join("log.txt")));
