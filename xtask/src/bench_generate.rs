@@ -3,7 +3,8 @@
 //!
 //! A GPT-2 of OpenAI's 124M shape (12 layers, width 768, 12 heads, context 1024, vocabulary 50,257)
 //! with random weights on both sides, prompts of 16 and 512 tokens, 128 new tokens, greedy, KV
-//! cache, the same threads. This project runs its CPU decoder with f32 and with int8 weights, and
+//! cache, the same threads. This project runs its CPU decoder with f32 and with int8 weights (a
+//! scale per row, and per 32 inputs), and
 //! Burn's own model (`Gpt::forward_cached`) as well; transformers runs in a child process, rounds
 //! alternating. Reported: medians of the time to the first token and of the tokens a second after
 //! it, and the ratios.
@@ -133,17 +134,20 @@ pub fn run(rounds: usize, python: &str) -> Result<String> {
     let f32_model = CpuGpt::from_model(&model, None).map_err(anyhow::Error::msg)?;
     let q8 = quantize(&model, None);
     let q8_model = CpuGpt::from_model(&model, Some(&q8)).map_err(anyhow::Error::msg)?;
+    let g32 = quantize(&model, Some(32));
+    let g32_model = CpuGpt::from_model(&model, Some(&g32)).map_err(anyhow::Error::msg)?;
     let mut out = format!(
         "GPT-2 124M shape, random weights, {NEW} new tokens, greedy, KV cache, {} threads, median of {rounds} rounds\n\n\
-         | prompt | engine f32 | engine q8 | Burn Gpt f32 | transformers f32 | f32 / transformers | q8 / f32 |\n\
-         |---|---|---|---|---|---|---|\n",
+         | prompt | engine f32 | engine q8 (a scale per row) | q8, a scale per 32 inputs | Burn Gpt f32 | transformers f32 | f32 / transformers | q8 / f32 |\n\
+         |---|---|---|---|---|---|---|---|\n",
         threads()
     );
     for n in [16, 512] {
-        let (mut f, mut q, mut b, mut t) = (vec![], vec![], vec![], vec![]);
+        let (mut f, mut q, mut g, mut b, mut t) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..rounds {
             f.push(time(&mut Cpu(&f32_model, f32_model.cache()), n));
             q.push(time(&mut Cpu(&q8_model, q8_model.cache()), n));
+            g.push(time(&mut Cpu(&g32_model, g32_model.cache()), n));
             b.push(time(&mut BurnDecoder::new(&model), n));
             if let Some(s) = &script {
                 t.push(torch(python, s, n)?);
@@ -170,9 +174,10 @@ pub fn run(rounds: usize, python: &str) -> Result<String> {
         };
         writeln!(
             out,
-            "| {n} | {} | {} | {} | {} | {} | {} |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {} |",
             cell(&f),
             cell(&q),
+            cell(&g),
             cell(&b),
             cell(&t),
             ratio(&f, &t),
