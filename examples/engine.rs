@@ -92,9 +92,10 @@ struct RunArgs {
     model: Option<String>,
     #[arg(long)]
     prompt: String,
-    /// Always the most likely token.
+    /// Always the most likely token (the same as --temperature 0).
     #[arg(long)]
     greedy: bool,
+    /// Softmax temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
     temperature: f64,
     #[arg(long)]
@@ -250,9 +251,9 @@ fn run_model(args: RunArgs, store: &Store) -> Result<()> {
     if args.max_tokens == 0 {
         bail!("--max-tokens 0: ask for at least one token");
     }
-    if !(args.temperature.is_finite() && args.temperature > 0.0) && !args.greedy {
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
         bail!(
-            "--temperature {}: a number above 0 (or --greedy)",
+            "--temperature {}: a number, 0 (greedy) or above",
             args.temperature
         );
     }

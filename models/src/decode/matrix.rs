@@ -161,9 +161,8 @@ impl Matrix {
                     for (i, row) in w.chunks_mut(cols).enumerate() {
                         m.dequantize_row(r0 + i, row);
                     }
-                    let dst = dst;
                     // SAFETY: each block writes its own columns `r0..r0 + n` of `out`.
-                    unsafe { gemm_rows(t, n, cols, x, &w, dst.0, rows, r0) };
+                    unsafe { gemm_rows(t, n, cols, x, &w, dst.get(), rows, r0) };
                 });
             }
         }
@@ -172,6 +171,13 @@ impl Matrix {
 
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
+
+impl SendPtr {
+    /// Through a method, so that a closure captures the whole (`Sync`) wrapper, not its field.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
 // SAFETY: used only to hand disjoint column blocks of one buffer to the threads.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
