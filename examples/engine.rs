@@ -203,6 +203,28 @@ fn run() -> Result<()> {
     }
 }
 
+/// How to draw tokens, the flags checked.
+fn sample_options(
+    max_tokens: usize,
+    temperature: f64,
+    top_k: Option<usize>,
+) -> Result<SampleOptions> {
+    if max_tokens == 0 {
+        bail!("--max-tokens 0: ask for at least one token");
+    }
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        bail!("--temperature {temperature}: a number, 0 (greedy) or above");
+    }
+    if top_k == Some(0) {
+        bail!("--top-k 0: keep at least one token");
+    }
+    Ok(SampleOptions {
+        length: max_tokens,
+        temperature,
+        top_k,
+    })
+}
+
 fn train(args: TrainArgs, store: &Store) -> Result<()> {
     let name = args
         .name
@@ -212,10 +234,11 @@ fn train(args: TrainArgs, store: &Store) -> Result<()> {
     let mut flags = args.run.clone();
     flags.save = Some(store.trained(name)?);
     flags.load = args.from.as_deref().map(|f| store.trained(f)).transpose()?;
-    // Burn's working directory. A new run (not --resume) moves the last one's checkpoints aside,
-    // one generation kept, rather than refuse to bury them: `train --from` follows a finished run.
+    // Burn's working directory. A continuation (`--from`, not `--resume`) or `--overwrite` moves
+    // the last run's checkpoints aside, one generation kept, rather than refuse to bury them; a
+    // fresh `--name` run over them is refused by name as the gpt example's is (`--resume`).
     let run_dir = store.root.join("runs").join(name);
-    if !flags.resume && run_dir.exists() {
+    if !flags.resume && (args.from.is_some() || flags.overwrite) && run_dir.exists() {
         let previous = store.root.join("runs").join(format!("{name}.previous"));
         let _ = std::fs::remove_dir_all(&previous);
         std::fs::rename(&run_dir, &previous)?;
@@ -248,18 +271,8 @@ fn train(args: TrainArgs, store: &Store) -> Result<()> {
 }
 
 fn run_model(args: RunArgs, store: &Store) -> Result<()> {
-    if args.max_tokens == 0 {
-        bail!("--max-tokens 0: ask for at least one token");
-    }
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!(
-            "--temperature {}: a number, 0 (greedy) or above",
-            args.temperature
-        );
-    }
-    if args.top_k == Some(0) {
-        bail!("--top-k 0: keep at least one token");
-    }
+    let temperature = if args.greedy { 0.0 } else { args.temperature };
+    let sample = sample_options(args.max_tokens, temperature, args.top_k)?;
     let started = std::time::Instant::now();
     let (_, engine) = engine::open::<backend::Infer>(
         store,
@@ -280,11 +293,7 @@ fn run_model(args: RunArgs, store: &Store) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     let opts = RunOptions {
-        sample: SampleOptions {
-            length: args.max_tokens,
-            temperature: if args.greedy { 0.0 } else { args.temperature },
-            top_k: args.top_k,
-        },
+        sample,
         seed: args.seed,
         stop_at_eos: args.stop_at_eos,
     };
@@ -326,18 +335,7 @@ fn options(args: &SearchArgs, context: usize) -> Result<SearchOptions> {
 }
 
 fn ask(args: AskArgs) -> Result<()> {
-    if args.max_tokens == 0 {
-        bail!("--max-tokens 0: ask for at least one token of answer");
-    }
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!(
-            "--temperature {}: a number, 0 (greedy) or above",
-            args.temperature
-        );
-    }
-    if args.top_k == Some(0) {
-        bail!("--top-k 0: keep at least one token");
-    }
+    let sample = sample_options(args.max_tokens, args.temperature, args.top_k)?;
     let question = args
         .search
         .question
@@ -352,11 +350,6 @@ fn ask(args: AskArgs) -> Result<()> {
     let loaded = started.elapsed();
     // The reader's own context sets the budget, unless --budget says otherwise.
     let search = options(&args.search, reader.context())?;
-    let sample = SampleOptions {
-        length: args.max_tokens,
-        temperature: args.temperature,
-        top_k: args.top_k,
-    };
     let answer = nervus_inference::ask::ask(
         &reader,
         &mut retriever,

@@ -9,7 +9,7 @@
 //! itself is refused.
 
 use crate::chat::{Chat, ChatError, Message};
-use crate::generate::{SampleOptions, generate_with};
+use crate::generate::{SampleOptions, TextStream, generate_with};
 use crate::retrieve::{Passage, RetrieveError, Retriever, SearchOptions};
 use burn::prelude::*;
 use nervus_datasets::rng::Rng;
@@ -220,34 +220,20 @@ pub fn ask<B: Backend>(
         .collect();
     let mut rng = Rng::new(seed);
     let mut first_token = None;
-    let mut shown = 0;
-    let mut generated: Vec<u32> = Vec::new();
+    let mut shown = TextStream::default();
     let mut finished = false;
     let eos = &reader.eos;
+    let decode = |ids: &[u32]| reader.chat.decode(ids);
     let tokens = generate_with(&reader.model, &prompt, sample, &mut rng, |id| {
         first_token.get_or_insert_with(|| start.elapsed());
         if eos.contains(&id) {
             finished = true;
             return false;
         }
-        generated.push(id);
-        // A token may end inside a character; show text only up to the last whole one.
-        let text = reader.chat.decode(&generated);
-        if !text.ends_with('\u{FFFD}')
-            && let Some(new) = text.get(shown..)
-            && !new.is_empty()
-        {
-            on_text(new);
-            shown = text.len();
-        }
+        shown.push(id, decode, &mut on_text);
         true
     });
-    let text = reader.chat.decode(&generated);
-    if let Some(new) = text.get(shown..)
-        && !new.is_empty()
-    {
-        on_text(new);
-    }
+    let text = shown.finish(decode, &mut on_text);
     Ok(Answer {
         text,
         sources,

@@ -180,6 +180,45 @@ pub fn stream<D: Decoder>(
     out
 }
 
+/// Tokens shown as text while they arrive: a token may end inside a character (byte-level BPE), so
+/// text is handed on only up to the last whole one, and the rest when the stream ends.
+#[derive(Default)]
+pub struct TextStream {
+    ids: Vec<u32>,
+    shown: usize,
+}
+
+impl TextStream {
+    /// Adds `id` and hands `on_text` whatever whole characters it completes.
+    pub fn push(&mut self, id: u32, decode: impl Fn(&[u32]) -> String, on_text: impl FnMut(&str)) {
+        self.ids.push(id);
+        let text = decode(&self.ids);
+        if !text.ends_with('\u{FFFD}') {
+            self.flush(&text, on_text);
+        }
+    }
+
+    /// Hands on what is left and returns the whole text.
+    pub fn finish(
+        mut self,
+        decode: impl Fn(&[u32]) -> String,
+        on_text: impl FnMut(&str),
+    ) -> String {
+        let text = decode(&self.ids);
+        self.flush(&text, on_text);
+        text
+    }
+
+    fn flush(&mut self, text: &str, mut on_text: impl FnMut(&str)) {
+        if let Some(new) = text.get(self.shown..)
+            && !new.is_empty()
+        {
+            on_text(new);
+            self.shown = text.len();
+        }
+    }
+}
+
 /// The logits an uncached model gives for the next token after `tokens` (the last `context`
 /// of them): the reference [`generate`]'s cache is tested against.
 pub fn next_logits_uncached<B: Backend>(model: &Gpt<B>, tokens: &[u32]) -> Vec<f32> {

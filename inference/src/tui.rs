@@ -276,7 +276,9 @@ pub fn run<B: Backend>(store: &Store, model: Option<&str>, quant: Quant) -> anyh
         app.selected = i;
         app.load(store, i, &device);
     }
-    let mut terminal = ratatui::init();
+    let mut terminal = ratatui::try_init().map_err(|e| {
+        anyhow::anyhow!("the TUI needs a terminal (standard input and output not redirected): {e}")
+    })?;
     let result = event_loop(&mut terminal, &mut app, store, &device);
     ratatui::restore();
     result

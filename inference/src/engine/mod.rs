@@ -10,7 +10,7 @@ pub mod hub;
 pub mod quant;
 pub mod store;
 
-use crate::generate::{BurnDecoder, Decoder, SampleOptions, stream};
+use crate::generate::{BurnDecoder, Decoder, SampleOptions, TextStream, stream};
 use burn::prelude::*;
 use nervus_datasets::rng::Rng;
 use nervus_datasets::text::{CharTokenizer, parse_tokenizer};
@@ -399,24 +399,15 @@ impl<B: Backend> Engine<B> {
         let ids = self.prompt_ids(prompt)?;
         let mut rng = Rng::new(opts.seed);
         let mut first_token = None;
-        let mut generated: Vec<u32> = Vec::new();
-        let mut shown = 0;
+        let mut shown = TextStream::default();
         let eos = self.eos.filter(|_| opts.stop_at_eos);
+        let decode = |ids: &[u32]| self.codec.decode(ids);
         let on_token = |id: u32| {
             first_token.get_or_insert_with(|| start.elapsed());
             if Some(id) == eos {
                 return false;
             }
-            generated.push(id);
-            // A token may end inside a character; show text only up to the last whole one.
-            let text = self.codec.decode(&generated);
-            if !text.ends_with('\u{FFFD}')
-                && let Some(new) = text.get(shown..)
-                && !new.is_empty()
-            {
-                on_text(new);
-                shown = text.len();
-            }
+            shown.push(id, decode, &mut on_text);
             true
         };
         let tokens = match &self.runner {
@@ -435,12 +426,7 @@ impl<B: Backend> Engine<B> {
                 on_token,
             ),
         };
-        let text = self.codec.decode(&generated);
-        if let Some(new) = text.get(shown..)
-            && !new.is_empty()
-        {
-            on_text(new);
-        }
+        let text = shown.finish(decode, &mut on_text);
         Ok(RunReport {
             text,
             prompt_tokens: ids.len(),

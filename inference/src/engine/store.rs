@@ -31,6 +31,8 @@ pub enum StoreError {
         dir.display()
     )]
     NotDownloaded { repo: String, dir: PathBuf },
+    #[error("{}: no such directory", .0.display())]
+    NoDirectory(PathBuf),
     #[error(
         "no model given and none chosen: name one (--model NAME, a directory or OWNER/REPO), or \
          choose a default with `engine use NAME`"
@@ -139,7 +141,10 @@ impl Store {
         if path.is_dir() && (path.join("config.json").is_file() || !trained_here) {
             return Ok(Found::Directory(path.to_path_buf()));
         }
-        if spec.contains('/') && !spec.starts_with('/') && !spec.starts_with('.') {
+        if spec.starts_with('/') || spec.starts_with('.') {
+            return Err(StoreError::NoDirectory(path.to_path_buf()));
+        }
+        if spec.contains('/') {
             let dir = self.hub(&spec)?;
             if dir.join("config.json").is_file() {
                 return Ok(Found::Hub { repo: spec, dir });
