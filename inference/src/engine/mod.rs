@@ -311,14 +311,21 @@ impl<B: Backend> Engine<B> {
         };
         let codec = Codec::load(dir)?;
         if codec.vocab_size() > model.config.vocab {
+            let json = dir.join("tokenizer.json");
             return Err(EngineError::Vocabulary {
-                path: dir.join("tokenizer.json"),
+                path: if json.is_file() { json } else { dir.join("vocab.json") },
                 tokens: codec.vocab_size(),
                 rows: model.config.vocab,
             });
         }
+        // A tied head (transformers' default) is loaded as a copy of the embedding: counted once.
+        let tied = raw
+            .get("tie_word_embeddings")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
         let params: usize = nervus_models::named::shapes(&model)
             .iter()
+            .filter(|(name, _)| !(tied && name == "lm_head.weight"))
             .map(|(_, s)| s.iter().product::<usize>())
             .sum();
         let c = &model.config;
