@@ -106,16 +106,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(rounds: usize, python: &str) -> Result<String> {
     let with_torch = python != "none";
     let script = if with_torch {
-        let ok = Command::new(python)
-            .args(["-c", "import torch, transformers"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !ok {
-            bail!(
-                "`{python}` cannot import torch and transformers: install them with `{python} -m pip install torch transformers`, or name another interpreter with --python PATH (or --python none)"
-            );
-        }
+        crate::bench_pytorch::check_python(python, &["torch", "transformers"])?;
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-generate");
         std::fs::create_dir_all(&dir)?;
         let path: PathBuf = dir.join("bench_generate.py");

@@ -45,17 +45,19 @@ const WORKLOADS: [Workload; 3] = [
     },
 ];
 
-/// Checks that `python` imports torch (and diffusers, for the DiT row); one line on what to
-/// install when not.
-fn check_python(python: &str) -> Result<()> {
+/// Checks that `python` imports `modules` (torch and diffusers here, for the DiT row; torch and
+/// transformers for `bench generate`); one line on what to install when not.
+pub(crate) fn check_python(python: &str, modules: &[&str]) -> Result<()> {
     let ok = Command::new(python)
-        .args(["-c", "import torch, diffusers"])
+        .args(["-c", &format!("import {}", modules.join(", "))])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !ok {
         bail!(
-            "`{python}` cannot import torch and diffusers: install them with `{python} -m pip install torch diffusers`, or name another interpreter with --python PATH"
+            "`{python}` cannot import {}: install them with `{python} -m pip install {}`, or name another interpreter with --python PATH (or --python none)",
+            modules.join(" and "),
+            modules.join(" ")
         );
     }
     Ok(())
@@ -131,7 +133,7 @@ pub fn run(
     if python == "none" {
         return nervus_alone(rounds, steps, only, parts);
     }
-    check_python(python)?;
+    check_python(python, &["torch", "diffusers"])?;
     let script = script_path()?;
     let chosen = choose(only)?;
     println!(

@@ -313,7 +313,11 @@ impl<B: Backend> Engine<B> {
         if codec.vocab_size() > model.config.vocab {
             let json = dir.join("tokenizer.json");
             return Err(EngineError::Vocabulary {
-                path: if json.is_file() { json } else { dir.join("vocab.json") },
+                path: if json.is_file() {
+                    json
+                } else {
+                    dir.join("vocab.json")
+                },
                 tokens: codec.vocab_size(),
                 rows: model.config.vocab,
             });
