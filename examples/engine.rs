@@ -203,26 +203,21 @@ fn run() -> Result<()> {
     }
 }
 
-/// How to draw tokens, the flags checked.
+/// How to draw tokens, the flags checked by the rules every example shares.
 fn sample_options(
     max_tokens: usize,
     temperature: f64,
     top_k: Option<usize>,
 ) -> Result<SampleOptions> {
-    if max_tokens == 0 {
-        bail!("--max-tokens 0: ask for at least one token");
-    }
-    if !(temperature.is_finite() && temperature >= 0.0) {
-        bail!("--temperature {temperature}: a number, 0 (greedy) or above");
-    }
-    if top_k == Some(0) {
-        bail!("--top-k 0: keep at least one token");
-    }
-    Ok(SampleOptions {
+    use nervus_training::checks;
+    checks::at_least_one("--max-tokens", max_tokens)?;
+    let sample = SampleOptions {
         length: max_tokens,
         temperature,
         top_k,
-    })
+    };
+    checks::sample(&sample)?;
+    Ok(sample)
 }
 
 fn train(args: TrainArgs, store: &Store) -> Result<()> {
