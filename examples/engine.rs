@@ -221,47 +221,16 @@ fn sample_options(
 }
 
 fn train(args: TrainArgs, store: &Store) -> Result<()> {
-    let name = args
-        .name
-        .as_deref()
-        .or(args.from.as_deref())
-        .unwrap_or_default();
-    let mut flags = args.run.clone();
-    flags.save = Some(store.trained(name)?);
-    flags.load = args.from.as_deref().map(|f| store.trained(f)).transpose()?;
-    // Burn's working directory. A continuation (`--from`, not `--resume`) or `--overwrite` moves
-    // the last run's checkpoints aside, one generation kept, rather than refuse to bury them; a
-    // fresh `--name` run over them is refused by name as the gpt example's is (`--resume`).
-    let run_dir = store.root.join("runs").join(name);
-    if !flags.resume && (args.from.is_some() || flags.overwrite) && run_dir.exists() {
-        let previous = store.root.join("runs").join(format!("{name}.previous"));
-        let _ = std::fs::remove_dir_all(&previous);
-        std::fs::rename(&run_dir, &previous)?;
-        eprintln!("the last run's checkpoints: {}", previous.display());
-    }
-    let mut run = flags.options(run_dir)?;
-    run.save = flags.save.clone();
-    let ui = nervus_training::report::Ui::plain_or_auto(flags.plain);
-    let report = nervus_training::report::Reporter::new(ui, Some(run.run_dir.join("log.txt")));
-    let spec = nervus_training::gpt::GptRun {
-        run,
+    let spec = nervus_training::named::NamedTrain {
+        data: args.data,
+        name: args.name,
+        from: args.from,
         size: args.size,
-        layers: None,
-        heads: None,
-        d_model: None,
-        context: None,
-        eval_windows: None,
-        sample: SampleOptions {
-            length: 200,
-            temperature: 0.8,
-            top_k: None,
-        },
-        prompt: String::new(),
-        download: None,
-        data: Some(args.data),
+        flags: args.run,
     };
-    nervus_training::chosen::gpt(&spec, &report)?.print_writes("");
-    println!("model {name}: {}", store.trained(name)?.display());
+    let (dir, outcome) = nervus_training::named::train(store, spec)?;
+    outcome.print_writes("");
+    println!("model: {}", dir.display());
     Ok(())
 }
 

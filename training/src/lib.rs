@@ -22,6 +22,7 @@ pub mod lm;
 pub mod loader;
 pub mod mnist;
 pub mod muon;
+pub mod named;
 pub mod optim;
 pub mod options;
 pub mod renderer;
