@@ -22,6 +22,8 @@ pub mod lm;
 pub mod loader;
 pub mod mnist;
 pub mod muon;
+// Runs on the chosen backend ([`chosen`]): not in the unit-test build either.
+#[cfg(not(test))]
 pub mod named;
 pub mod optim;
 pub mod options;
