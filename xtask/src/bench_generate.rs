@@ -11,6 +11,7 @@
 
 use crate::measure::{spread, threads};
 use anyhow::{Context, Result, bail};
+use nervus_inference::engine::CpuDecoder;
 use nervus_inference::generate::{BurnDecoder, Decoder, SampleOptions, stream};
 use nervus_models::decode::{CpuGpt, quantize};
 use nervus_models::gpt::GptConfig;
@@ -53,23 +54,6 @@ fn time<D: Decoder>(d: &mut D, n: usize) -> Timing {
     let total = start.elapsed().as_secs_f64();
     let first = first.unwrap_or(total);
     (first, (NEW - 1) as f64 / (total - first))
-}
-
-struct Cpu<'a>(&'a CpuGpt, nervus_models::decode::CpuCache);
-
-impl Decoder for Cpu<'_> {
-    fn context(&self) -> usize {
-        self.0.config.context
-    }
-    fn held(&self) -> usize {
-        self.1.len()
-    }
-    fn clear(&mut self) {
-        self.1.clear()
-    }
-    fn feed(&mut self, ids: &[u32]) -> Vec<f32> {
-        self.0.forward(ids, &mut self.1)
-    }
 }
 
 fn torch(python: &str, script: &Path, n: usize) -> Result<Timing> {
@@ -136,9 +120,9 @@ pub fn run(rounds: usize, python: &str) -> Result<String> {
     for n in [16, 512] {
         let (mut f, mut q, mut g, mut b, mut t) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..rounds {
-            f.push(time(&mut Cpu(&f32_model, f32_model.cache()), n));
-            q.push(time(&mut Cpu(&q8_model, q8_model.cache()), n));
-            g.push(time(&mut Cpu(&g32_model, g32_model.cache()), n));
+            f.push(time(&mut CpuDecoder::new(&f32_model), n));
+            q.push(time(&mut CpuDecoder::new(&q8_model), n));
+            g.push(time(&mut CpuDecoder::new(&g32_model), n));
             b.push(time(&mut BurnDecoder::new(&model), n));
             if let Some(s) = &script {
                 t.push(torch(python, s, n)?);

@@ -223,9 +223,19 @@ impl RunReport {
     }
 }
 
-struct CpuDecoder<'a> {
+/// The CPU decoder and its KV cache, as a [`Decoder`].
+pub struct CpuDecoder<'a> {
     model: &'a CpuGpt,
     cache: CpuCache,
+}
+
+impl<'a> CpuDecoder<'a> {
+    pub fn new(model: &'a CpuGpt) -> Self {
+        Self {
+            model,
+            cache: model.cache(),
+        }
+    }
 }
 
 impl Decoder for CpuDecoder<'_> {
@@ -422,13 +432,13 @@ impl<B: Backend> Engine<B> {
             true
         };
         let tokens = match &self.runner {
-            Runner::Cpu(m) => {
-                let mut d = CpuDecoder {
-                    model: m,
-                    cache: m.cache(),
-                };
-                stream(&mut d, &ids, &opts.sample, &mut rng, on_token)
-            }
+            Runner::Cpu(m) => stream(
+                &mut CpuDecoder::new(m),
+                &ids,
+                &opts.sample,
+                &mut rng,
+                on_token,
+            ),
             Runner::Burn(m) => stream(
                 &mut BurnDecoder::new(m),
                 &ids,

@@ -103,16 +103,11 @@ pub enum Matrix {
 impl Matrix {
     /// From Burn's `Linear` layout `w [in, out]` (row-major), transposed.
     pub fn from_in_out(w: &[f32], inputs: usize, outputs: usize) -> Self {
-        let mut data = vec![0.0; w.len()];
-        for i in 0..inputs {
-            for o in 0..outputs {
-                data[o * inputs + i] = w[i * outputs + o];
-            }
-        }
+        let t = crate::checkpoint::NamedTensor::new("", vec![inputs, outputs], w.to_vec());
         Matrix::F32 {
             rows: outputs,
             cols: inputs,
-            data,
+            data: t.transposed().data,
         }
     }
 

@@ -344,16 +344,12 @@ pub fn quantize<B: Backend>(model: &Gpt<B>, group: Option<usize>) -> HashMap<Str
             continue;
         }
         let (inputs, outputs) = (t.shape[0], t.shape[1]);
-        let Matrix::F32 { data, .. } = Matrix::from_in_out(&t.data, inputs, outputs) else {
-            unreachable!("from_in_out makes f32")
-        };
         let group = group
             .filter(|g| inputs.is_multiple_of(*g))
             .unwrap_or(inputs);
-        out.insert(
-            t.name.clone(),
-            Q8Matrix::quantize(&data, outputs, inputs, group),
-        );
+        let name = t.name.clone();
+        let data = t.transposed().data; // [out, in]
+        out.insert(name, Q8Matrix::quantize(&data, outputs, inputs, group));
     }
     out
 }
@@ -380,12 +376,10 @@ pub fn dequantized<B: Backend>(
                 got: vec![q.cols, q.rows],
             });
         }
-        let w = q.dequantize(); // [out, in]
-        for i in 0..q.cols {
-            for o in 0..q.rows {
-                t.data[i * q.rows + o] = w[o * q.cols + i];
-            }
-        }
+        // [out, in] back to Burn's [in, out].
+        t.data = NamedTensor::new(name.clone(), vec![q.rows, q.cols], q.dequantize())
+            .transposed()
+            .data;
     }
     crate::named::import(model, tensors, std::path::Path::new("(int8 weights)"))
 }
